@@ -1,0 +1,94 @@
+// The MoE problem: sizes, routing, quantization, activation, expert parallelism.
+// Names of the enums' values are the spelling used everywhere (CLI, layer files, JSON).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace moekit {
+
+enum class Activation : std::uint8_t { silu_and_mul, gelu_and_mul, swiglu_oai, relu2 };
+
+enum class QuantScheme : std::uint8_t { bf16, fp8_tensor, fp8_rowwise, fp8_block };
+
+// How a dynamic FP8 scale is stored: any f32, or rounded up to a power of two (UE8M0).
+enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
+
+enum class RoutingMethod : std::uint8_t {
+  softmax_topk,
+  topk_softmax,
+  softmax_topk_renorm,
+  sigmoid_topk,
+  sigmoid_topk_renorm,
+  sigmoid_bias_grouped,
+  sigmoid_bias_renorm,
+  top1_sigmoid,
+  external,
+};
+
+// Where topk_weights multiply: the experts' outputs (usual), or the hidden row before the
+// experts (Llama-4's apply_router_weight_on_input; needs top_k == 1).
+enum class WeightPlacement : std::uint8_t { output, input };
+
+std::string_view to_string(Activation v);
+std::string_view to_string(QuantScheme v);
+std::string_view to_string(ScaleFormat v);
+std::string_view to_string(RoutingMethod v);
+std::string_view to_string(WeightPlacement v);
+
+// Each parser throws Error naming `argument` and listing the valid spellings.
+Activation parse_activation(std::string_view text, std::string_view argument = "activation");
+QuantScheme parse_quant_scheme(std::string_view text, std::string_view argument = "quant");
+RoutingMethod parse_routing_method(std::string_view text, std::string_view argument = "routing");
+
+// The number of FP8 elements one scale covers along K in fp8-block, and the weight block.
+inline constexpr std::int64_t kBlock = 128;
+
+struct RoutingConfig {
+  RoutingMethod method = RoutingMethod::softmax_topk_renorm;
+  int top_k = 1;
+  int n_group = 1;
+  int topk_group = 1;
+  float routed_scaling_factor = 1.0f;
+  WeightPlacement weight_placement = WeightPlacement::output;
+
+  // top1_sigmoid places its weight on the input; every other method on the output.
+  WeightPlacement effective_placement() const;
+  bool uses_bias() const;
+  std::string to_string() const;
+};
+
+struct QuantConfig {
+  QuantScheme scheme = QuantScheme::bf16;
+  ScaleFormat scale_format = ScaleFormat::f32;
+  std::string to_string() const;
+};
+
+struct MoEConfig {
+  std::int64_t num_experts = 0;        // E (global)
+  std::int64_t hidden_size = 0;        // H
+  std::int64_t intermediate_size = 0;  // I (per expert)
+  Activation activation = Activation::silu_and_mul;
+  QuantConfig quant;
+  RoutingConfig routing;
+  int ep_size = 1;
+  int ep_rank = 0;
+  // swiglu_oai's constants (gpt-oss).
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+
+  int top_k() const { return routing.top_k; }
+  bool gated() const { return activation != Activation::relu2; }
+  // Rows of w13 per expert: 2I for gated activations, I for relu2.
+  std::int64_t gemm1_width() const { return gated() ? 2 * intermediate_size : intermediate_size; }
+  std::int64_t local_experts() const { return num_experts / ep_size; }
+  std::int64_t first_local_expert() const { return ep_rank * local_experts(); }
+  std::string to_string() const;
+};
+
+// Throws Error naming the first field that breaks DESIGN §3/§4 rules.
+void validate(const RoutingConfig& routing, std::int64_t num_experts);
+void validate(const MoEConfig& config);
+
+}  // namespace moekit

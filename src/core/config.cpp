@@ -1,0 +1,157 @@
+#include "moekit/config.h"
+
+#include <array>
+#include <sstream>
+#include <utility>
+
+#include "moekit/error.h"
+#include "moekit/quant.h"
+
+namespace moekit {
+namespace {
+
+template <class Enum, std::size_t N>
+Enum parse_enum(const std::array<std::pair<Enum, std::string_view>, N>& names, std::string_view text,
+                std::string_view argument) {
+  std::string valid;
+  for (const auto& [value, name] : names) {
+    if (name == text) return value;
+    valid += (valid.empty() ? "" : "|") + std::string(name);
+  }
+  throw Error(std::string(argument) + ": expected one of " + valid + ", given '" + std::string(text) +
+              "'");
+}
+
+template <class Enum, std::size_t N>
+std::string_view enum_name(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum v) {
+  for (const auto& [value, name] : names)
+    if (value == v) return name;
+  return "?";
+}
+
+constexpr std::array<std::pair<Activation, std::string_view>, 4> kActivations{{
+    {Activation::silu_and_mul, "silu_and_mul"},
+    {Activation::gelu_and_mul, "gelu_and_mul"},
+    {Activation::swiglu_oai, "swiglu_oai"},
+    {Activation::relu2, "relu2"},
+}};
+
+constexpr std::array<std::pair<QuantScheme, std::string_view>, 4> kQuantSchemes{{
+    {QuantScheme::bf16, "bf16"},
+    {QuantScheme::fp8_tensor, "fp8-tensor"},
+    {QuantScheme::fp8_rowwise, "fp8-rowwise"},
+    {QuantScheme::fp8_block, "fp8-block"},
+}};
+
+constexpr std::array<std::pair<RoutingMethod, std::string_view>, 9> kRoutingMethods{{
+    {RoutingMethod::softmax_topk, "softmax_topk"},
+    {RoutingMethod::topk_softmax, "topk_softmax"},
+    {RoutingMethod::softmax_topk_renorm, "softmax_topk_renorm"},
+    {RoutingMethod::sigmoid_topk, "sigmoid_topk"},
+    {RoutingMethod::sigmoid_topk_renorm, "sigmoid_topk_renorm"},
+    {RoutingMethod::sigmoid_bias_grouped, "sigmoid_bias_grouped"},
+    {RoutingMethod::sigmoid_bias_renorm, "sigmoid_bias_renorm"},
+    {RoutingMethod::top1_sigmoid, "top1_sigmoid"},
+    {RoutingMethod::external, "external"},
+}};
+
+}  // namespace
+
+std::string_view to_string(Activation v) { return enum_name(kActivations, v); }
+std::string_view to_string(QuantScheme v) { return enum_name(kQuantSchemes, v); }
+std::string_view to_string(RoutingMethod v) { return enum_name(kRoutingMethods, v); }
+std::string_view to_string(ScaleFormat v) { return v == ScaleFormat::f32 ? "f32" : "ue8m0"; }
+std::string_view to_string(WeightPlacement v) {
+  return v == WeightPlacement::output ? "output" : "input";
+}
+
+Activation parse_activation(std::string_view text, std::string_view argument) {
+  return parse_enum(kActivations, text, argument);
+}
+QuantScheme parse_quant_scheme(std::string_view text, std::string_view argument) {
+  return parse_enum(kQuantSchemes, text, argument);
+}
+RoutingMethod parse_routing_method(std::string_view text, std::string_view argument) {
+  return parse_enum(kRoutingMethods, text, argument);
+}
+
+WeightPlacement RoutingConfig::effective_placement() const {
+  return method == RoutingMethod::top1_sigmoid ? WeightPlacement::input : weight_placement;
+}
+
+bool RoutingConfig::uses_bias() const {
+  return method == RoutingMethod::sigmoid_bias_grouped || method == RoutingMethod::sigmoid_bias_renorm;
+}
+
+std::string RoutingConfig::to_string() const {
+  std::ostringstream os;
+  os << moekit::to_string(method) << " top_k=" << top_k;
+  if (method == RoutingMethod::sigmoid_bias_grouped)
+    os << " n_group=" << n_group << " topk_group=" << topk_group;
+  if (routed_scaling_factor != 1.0f) os << " routed_scaling_factor=" << routed_scaling_factor;
+  if (effective_placement() == WeightPlacement::input) os << " weights_on=input";
+  return os.str();
+}
+
+std::string QuantConfig::to_string() const {
+  std::string s(moekit::to_string(scheme));
+  if (scale_format == ScaleFormat::ue8m0) s += " (ue8m0 scales)";
+  return s;
+}
+
+std::string MoEConfig::to_string() const {
+  std::ostringstream os;
+  os << "E=" << num_experts << " k=" << routing.top_k << " H=" << hidden_size
+     << " I=" << intermediate_size << " activation=" << moekit::to_string(activation)
+     << " quant=" << quant.to_string() << " routing=" << routing.to_string();
+  if (ep_size > 1) os << " ep=" << ep_rank << "/" << ep_size;
+  return os.str();
+}
+
+void validate(const RoutingConfig& r, std::int64_t num_experts) {
+  const std::string e = std::to_string(num_experts);
+  require(r.top_k >= 1 && r.top_k <= num_experts,
+          "top_k: expected 1 <= top_k <= num_experts (" + e + "), given " + std::to_string(r.top_k));
+  require(r.n_group >= 1 && num_experts % r.n_group == 0,
+          "n_group: expected a divisor of num_experts (" + e + "), given " + std::to_string(r.n_group));
+  require(r.topk_group >= 1 && r.topk_group <= r.n_group,
+          "topk_group: expected 1 <= topk_group <= n_group (" + std::to_string(r.n_group) +
+              "), given " + std::to_string(r.topk_group));
+  const std::int64_t reachable = std::int64_t(r.topk_group) * (num_experts / r.n_group);
+  require(r.top_k <= reachable, "top_k: expected at most topk_group * num_experts / n_group (" +
+                                    std::to_string(reachable) + "), given " + std::to_string(r.top_k));
+  require(r.routed_scaling_factor > 0.0f,
+          "routed_scaling_factor: expected > 0, given " + std::to_string(r.routed_scaling_factor));
+  require(r.method != RoutingMethod::top1_sigmoid || r.top_k == 1,
+          "top_k: top1_sigmoid routes to exactly one expert, given " + std::to_string(r.top_k));
+  require(r.effective_placement() == WeightPlacement::output || r.top_k == 1,
+          "weight_placement: input placement needs top_k == 1, given top_k " + std::to_string(r.top_k));
+}
+
+void validate(const MoEConfig& c) {
+  require(c.num_experts >= 1, "num_experts: expected >= 1, given " + std::to_string(c.num_experts));
+  require(c.hidden_size >= 1, "hidden_size: expected >= 1, given " + std::to_string(c.hidden_size));
+  require(c.intermediate_size >= 1,
+          "intermediate_size: expected >= 1, given " + std::to_string(c.intermediate_size));
+  validate(c.routing, c.num_experts);
+  require(c.ep_size >= 1, "ep_size: expected >= 1, given " + std::to_string(c.ep_size));
+  require(c.num_experts % c.ep_size == 0, "ep_size: expected a divisor of num_experts (" +
+                                              std::to_string(c.num_experts) + "), given " +
+                                              std::to_string(c.ep_size));
+  require(c.ep_rank >= 0 && c.ep_rank < c.ep_size, "ep_rank: expected 0 <= ep_rank < ep_size (" +
+                                                       std::to_string(c.ep_size) + "), given " +
+                                                       std::to_string(c.ep_rank));
+  if (c.quant.scheme == QuantScheme::fp8_block) {
+    require(c.intermediate_size % kBlock == 0,
+            "intermediate_size: fp8-block needs a multiple of 128 (gate and up rows must not share "
+            "a scale block), given " + std::to_string(c.intermediate_size));
+    require(c.hidden_size % 16 == 0,
+            "hidden_size: fp8-block needs a multiple of 16, given " + std::to_string(c.hidden_size));
+  }
+  require(c.quant.scale_format == ScaleFormat::f32 || c.quant.scheme != QuantScheme::bf16,
+          "scale_format: ue8m0 scales need an fp8 quant scheme, given bf16");
+  require(c.swiglu_limit > 0.0f,
+          "swiglu_limit: expected > 0, given " + std::to_string(c.swiglu_limit));
+}
+
+}  // namespace moekit

@@ -1,0 +1,130 @@
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moekit::core {
+namespace {
+
+thread_local bool t_inside_job = false;
+
+// Workers sleep until a job is posted; the caller works on the job too.
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  void run(std::int64_t chunks, const std::function<void(std::int64_t)>& chunk) {
+    std::unique_lock<std::mutex> serial(run_mutex_);  // one job at a time
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &chunk;
+      total_ = chunks;
+      next_.store(0);
+      done_ = 0;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lock(mutex_);
+    finished_.wait(lock, [&] { return done_ == total_; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void worker_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
+        if (stopping_) return;
+        seen = generation_;
+      }
+      work();
+    }
+  }
+
+  void work() {
+    for (;;) {
+      const std::int64_t i = next_.fetch_add(1);
+      if (i >= total_) return;
+      try {
+        t_inside_job = true;
+        (*job_)(i);
+        t_inside_job = false;
+      } catch (...) {
+        t_inside_job = false;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (++done_ == total_) finished_.notify_all();
+    }
+  }
+
+  std::mutex run_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable finished_;
+  std::vector<std::thread> workers_;
+  const std::function<void(std::int64_t)>* job_ = nullptr;
+  std::int64_t total_ = 0;
+  std::atomic<std::int64_t> next_{0};
+  std::int64_t done_ = 0;
+  std::uint64_t generation_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+};
+
+Pool& pool() {
+  static Pool instance(num_threads());
+  return instance;
+}
+
+}  // namespace
+
+int num_threads() {
+  if (const char* env = std::getenv("MOEKIT_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void parallel_for(std::int64_t n, std::int64_t grain,
+                  const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t max_chunks = std::int64_t(num_threads()) * 4;
+  const std::int64_t chunks = std::clamp<std::int64_t>((n + grain - 1) / grain, 1, max_chunks);
+  if (chunks == 1 || t_inside_job) {  // nested calls run inline
+    body(0, n);
+    return;
+  }
+  const std::int64_t per = (n + chunks - 1) / chunks;
+  pool().run(chunks, [&](std::int64_t c) {
+    const std::int64_t begin = c * per;
+    const std::int64_t end = std::min(n, begin + per);
+    if (begin < end) body(begin, end);
+  });
+}
+
+}  // namespace moekit::core

@@ -1,0 +1,116 @@
+#include "moekit/tensor.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "moekit/error.h"
+
+namespace moekit {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::fp8_e4m3: return 1;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::fp8_e4m3: return "fp8_e4m3";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+std::string_view to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
+
+float f16_to_float(std::uint16_t bits) {
+  const int sign = (bits >> 15) & 1;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(float(mantissa), -24);
+  } else if (exponent == 31) {
+    value = mantissa ? std::nanf("") : INFINITY;
+  } else {
+    value = std::ldexp(float(mantissa | 0x400), exponent - 25);
+  }
+  return sign ? -value : value;
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                                  Device device) {
+  return contiguous(data, dtype, std::vector<std::int64_t>(shape), device);
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                                  Device device) {
+  require(shape.size() <= std::size_t(kMaxRank),
+          "tensor rank: expected at most " + std::to_string(kMaxRank) + ", given " +
+              std::to_string(shape.size()));
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.rank = int(shape.size());
+  std::int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    require(shape[std::size_t(d)] >= 0, "tensor shape: dimensions must be >= 0");
+    v.shape[std::size_t(d)] = shape[std::size_t(d)];
+    v.strides[std::size_t(d)] = stride;
+    stride *= shape[std::size_t(d)];
+  }
+  return v;
+}
+
+std::int64_t TensorView::numel() const {
+  if (rank < 0) return 0;
+  std::int64_t n = 1;
+  for (int d = 0; d < rank; ++d) n *= shape[std::size_t(d)];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  std::int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (shape[std::size_t(d)] != 1 && strides[std::size_t(d)] != stride) return false;
+    stride *= shape[std::size_t(d)];
+  }
+  return true;
+}
+
+std::vector<std::int64_t> TensorView::shape_vector() const {
+  std::vector<std::int64_t> s;
+  for (int d = 0; d < rank; ++d) s.push_back(shape[std::size_t(d)]);
+  return s;
+}
+
+std::string TensorView::to_string() const {
+  if (!defined()) return "absent";
+  std::ostringstream os;
+  os << '[';
+  for (int d = 0; d < rank; ++d) os << (d ? ", " : "") << shape[std::size_t(d)];
+  os << "] " << moekit::to_string(dtype) << ' ' << moekit::to_string(device);
+  return os.str();
+}
+
+Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : shape_(std::move(shape)) {
+  view_ = TensorView::contiguous(nullptr, dtype, shape_);
+  // At least one byte so that data() is never null for an empty tensor.
+  storage_.reset(new std::byte[view_.nbytes() > 0 ? view_.nbytes() : 1]);
+  view_.data = storage_.get();
+}
+
+}  // namespace moekit
