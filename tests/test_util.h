@@ -1,0 +1,38 @@
+// Shared helpers for the tests: data paths, random fills, poisoning.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "moekit/tensor.h"
+
+namespace moekit::test {
+
+inline std::string data_path(const std::string& relative) {
+  return std::string(MOEKIT_TEST_DATA) + "/" + relative;
+}
+
+// A fresh seed per call, so every comparison draws new data (printed on failure by callers).
+inline std::uint64_t fresh_seed() {
+  static std::random_device device;
+  return (std::uint64_t(device()) << 32) ^ device();
+}
+
+// Uniform f32 values in [lo, hi) written as the tensor's dtype (f32, bf16).
+inline void fill_uniform(Tensor& t, float lo, float hi, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const float v = dist(rng);
+    if (t.dtype() == DType::f32) t.ptr<float>()[i] = v;
+    else t.ptr<bf16>()[i] = float_to_bf16(v);
+  }
+}
+
+// Fills with a byte pattern that is NaN for f32, bf16 and fp8 and a large negative for ints,
+// so an element nothing wrote stands out.
+inline void poison(const TensorView& t) { std::memset(t.data, 0xff, t.nbytes()); }
+
+}  // namespace moekit::test
