@@ -1,0 +1,123 @@
+// The Layer: validates once, picks the backend, sizes the buffers, runs the four stages.
+#include "moekit/layer.h"
+
+#include <algorithm>
+
+#include "core/stages.h"
+#include "core/validate.h"
+#include "moekit/error.h"
+
+namespace moekit {
+
+struct Layer::Impl {
+  MoEConfig config;
+  BackendSelection selection;
+  const core::BackendImpl* backend = nullptr;
+  core::StageSet stages;
+  core::DeviceBuffer buffer{nullptr, [](std::byte*) {}};
+  std::size_t buffer_size = 0;
+  TensorView bias;  // the routing bias, kept for fused routing
+
+  // Everything one call needs, carved from one buffer.
+  struct Buffers {
+    TensorView topk_ids, topk_weights;  // used when fused routing has no caller outputs
+    QuantizedRows prepared;
+    TensorView expert_out, slot_rows;
+    core::Workspace router_ws, prepare_ws, experts_ws, finalize_ws;
+  };
+
+  Buffers carve(core::Carver& c, const core::StageProblem& p) const {
+    const Device d = backend->device();
+    const std::int64_t t = p.tokens, k = config.top_k(), h = config.hidden_size;
+    const QuantScheme scheme = config.quant.scheme;
+    Buffers b;
+    b.topk_ids = c.tensor(DType::i32, {t, k}, d);
+    b.topk_weights = c.tensor(DType::f32, {t, k}, d);
+    b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
+    if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
+    b.expert_out = c.tensor(DType::bf16, {t * k, h}, d);
+    b.slot_rows = c.tensor(DType::i32, {t, k}, d);
+    auto workspace = [&](const core::Stage& s) {
+      const std::size_t n = s.workspace_size(p);
+      return core::Workspace{c.take(n), n};
+    };
+    b.router_ws = workspace(*stages.router);
+    b.prepare_ws = workspace(*stages.prepare);
+    b.experts_ws = workspace(*stages.experts);
+    b.finalize_ws = workspace(*stages.finalize);
+    return b;
+  }
+
+  // Grows the one buffer when a call has more tokens than any before (never inside a stage).
+  Buffers buffers_for(const core::StageProblem& p) {
+    core::Carver counter(nullptr);
+    carve(counter, p);
+    if (counter.used() > buffer_size) {
+      buffer = backend->allocate(counter.used());
+      buffer_size = counter.used();
+    }
+    core::Carver c(buffer.get());
+    return carve(c, p);
+  }
+
+  void check_stages(const core::StageProblem& p) const {
+    const core::Stage* all[] = {stages.router.get(), stages.prepare.get(), stages.experts.get(),
+                                stages.finalize.get()};
+    for (const core::Stage* s : all) {
+      const Status status = s->can_implement(p);
+      require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
+    }
+  }
+
+  void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
+           const TensorView& weights, const TensorView& out, Stream stream) {
+    const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
+    stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
+    stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
+    const bool weights_left = !on_input && !stages.experts->applies_weights();
+    stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
+                         b.finalize_ws, stream);
+  }
+};
+
+Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  validate(config);
+  impl_->config = config;
+  impl_->selection = select_backend(config, options.backend);
+  for (const auto* b : core::registered_backends())
+    if (b->name() == impl_->selection.chosen) impl_->backend = b;
+  core::check_weights(config, weights, Device::cpu);
+  impl_->bias = weights.e_score_correction_bias;
+  impl_->stages = impl_->backend->make_stages(config, weights);
+}
+
+Layer::~Layer() = default;
+
+void Layer::forward(const FusedArgs& args, Stream stream) {
+  Impl& m = *impl_;
+  const core::StageProblem p{m.config, core::check_args(m.config, args, m.backend->device())};
+  m.check_stages(p);
+  const Impl::Buffers b = m.buffers_for(p);
+  const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
+  const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
+  m.stages.router->run(p, {{args.router_logits, m.config.routing.uses_bias() ? m.bias : TensorView{}},
+                           {ids, weights}},
+                       b.router_ws, stream);
+  m.run(p, b, args.hidden, ids, weights, args.out, stream);
+}
+
+void Layer::forward(const ExternalArgs& args, Stream stream) {
+  Impl& m = *impl_;
+  const core::StageProblem p{m.config, core::check_args(m.config, args, m.backend->device())};
+  m.check_stages(p);
+  const Impl::Buffers b = m.buffers_for(p);
+  m.run(p, b, args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+}
+
+const MoEConfig& Layer::config() const { return impl_->config; }
+const BackendSelection& Layer::selection() const { return impl_->selection; }
+std::string_view Layer::backend_name() const { return impl_->backend->name(); }
+Device Layer::device() const { return impl_->backend->device(); }
+
+}  // namespace moekit

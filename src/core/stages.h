@@ -1,0 +1,138 @@
+// The stage contract of DESIGN §6, as backends implement it:
+//   can_implement(problem) -> Status, workspace_size(problem) -> bytes, run(args, workspace, stream).
+// run never allocates; the Layer sizes and owns all buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/rows.h"
+#include "moekit/backend.h"
+#include "moekit/config.h"
+#include "moekit/error.h"
+#include "moekit/layer.h"
+#include "moekit/routing.h"
+#include "moekit/tensor.h"
+
+namespace moekit::core {
+
+struct Workspace {
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+};
+
+// Hands out aligned pieces of a buffer; with a null base it only adds up the sizes.
+class Carver {
+ public:
+  explicit Carver(std::byte* base) : base_(base) {}
+  std::byte* take(std::size_t bytes) {
+    std::byte* p = base_ ? base_ + used_ : nullptr;
+    used_ += (bytes + kAlign - 1) / kAlign * kAlign;
+    return p;
+  }
+  TensorView tensor(DType dtype, const std::vector<std::int64_t>& shape, Device device) {
+    TensorView v = TensorView::contiguous(nullptr, dtype, shape, device);
+    v.data = take(v.nbytes());
+    return v;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  static constexpr std::size_t kAlign = 256;
+  std::byte* base_;
+  std::size_t used_ = 0;
+};
+
+struct StageProblem {
+  MoEConfig config;
+  std::int64_t tokens = 0;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual Status can_implement(const StageProblem& problem) const = 0;
+  virtual std::size_t workspace_size(const StageProblem& problem) const = 0;
+};
+
+struct RouterArgs {
+  RoutingInputs in;
+  RoutingOutputs out;
+};
+
+class RouterStage : public Stage {
+ public:
+  virtual void run(const StageProblem& problem, const RouterArgs& args, Workspace workspace,
+                   Stream stream) const = 0;
+};
+
+struct PrepareArgs {
+  TensorView hidden;        // [T, H] bf16
+  TensorView topk_weights;  // [T, 1] f32, read when the weights go on the input
+  QuantizedRows out;        // [T, H]
+};
+
+class PrepareStage : public Stage {
+ public:
+  virtual void run(const StageProblem& problem, const PrepareArgs& args, Workspace workspace,
+                   Stream stream) const = 0;
+};
+
+struct ExpertsArgs {
+  QuantizedRows in;         // [T, H]
+  TensorView topk_ids;      // [T, k] i32
+  TensorView topk_weights;  // [T, k] f32
+  TensorView expert_out;    // [T * k, H] bf16, permuted order
+  TensorView slot_rows;     // [T, k] i32: row of expert_out for each slot, -1 = none
+};
+
+class ExpertsStage : public Stage {
+ public:
+  // Whether expert_out rows already carry topk_weights (else Finalize applies them).
+  virtual bool applies_weights() const = 0;
+  virtual void run(const StageProblem& problem, const ExpertsArgs& args, Workspace workspace,
+                   Stream stream) const = 0;
+};
+
+struct FinalizeArgs {
+  TensorView expert_out;    // [T * k, H] bf16
+  TensorView slot_rows;     // [T, k] i32
+  TensorView topk_weights;  // [T, k] f32, absent when nothing is left to apply
+  TensorView out;           // [T, H] bf16
+};
+
+class FinalizeStage : public Stage {
+ public:
+  virtual void run(const StageProblem& problem, const FinalizeArgs& args, Workspace workspace,
+                   Stream stream) const = 0;
+};
+
+struct StageSet {
+  std::unique_ptr<RouterStage> router;
+  std::unique_ptr<PrepareStage> prepare;
+  std::unique_ptr<ExpertsStage> experts;
+  std::unique_ptr<FinalizeStage> finalize;
+};
+
+// Memory of a backend's device, released by the deleter.
+using DeviceBuffer = std::unique_ptr<std::byte, void (*)(std::byte*)>;
+
+class BackendImpl {
+ public:
+  virtual ~BackendImpl() = default;
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+  virtual Status can_implement(const MoEConfig& config) const = 0;
+  // Stages bound to these weights (a device backend uploads them here, once).
+  virtual StageSet make_stages(const MoEConfig& config, const Weights& weights) const = 0;
+  virtual DeviceBuffer allocate(std::size_t bytes) const = 0;
+};
+
+// Priority order (first is preferred).
+const std::vector<const BackendImpl*>& registered_backends();
+const BackendImpl& cpu_backend();
+
+}  // namespace moekit::core

@@ -1,0 +1,41 @@
+// Random layers and inputs with real-looking magnitudes, a pure function of (seed, index):
+// every rank of an EP group generates the same values for the experts it owns, and the
+// ideal reference can regenerate any weight before quantization.
+#pragma once
+
+#include <cstdint>
+
+#include "core/master_weights.h"
+#include "moekit/config.h"
+#include "moekit/layer.h"
+#include "moekit/tensor.h"
+
+namespace moekit::core {
+
+struct SyntheticLayer {
+  MoEConfig config;
+  std::uint64_t seed = 0;
+  Tensor w13, w2, w13_scale, w2_scale, bias;
+  Weights weights() const;
+};
+
+// The local experts' weights, quantized per config.quant, plus the routing bias.
+SyntheticLayer make_synthetic_layer(const MoEConfig& config, std::uint64_t seed);
+
+// hidden [T, H] bf16, about N(0, 1).
+Tensor make_hidden(std::int64_t tokens, std::int64_t hidden_size, std::uint64_t seed);
+// router_logits [T, E] f32 or bf16, about N(0, 1).
+Tensor make_router_logits(std::int64_t tokens, std::int64_t experts, DType dtype, std::uint64_t seed);
+
+// The weights of a synthetic layer before quantization.
+class SyntheticMaster final : public MasterWeights {
+ public:
+  SyntheticMaster(const MoEConfig& config, std::uint64_t seed) : config_(config), seed_(seed) {}
+  void row(Projection which, std::int64_t local_expert, std::int64_t n, double* out) const override;
+
+ private:
+  MoEConfig config_;
+  std::uint64_t seed_;
+};
+
+}  // namespace moekit::core

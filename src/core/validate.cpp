@@ -1,0 +1,120 @@
+#include "core/validate.h"
+
+#include <string>
+
+#include "core/rows.h"
+#include "moekit/error.h"
+#include "moekit/quant.h"
+
+namespace moekit::core {
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string dtypes_text(const std::vector<DType>& dtypes) {
+  std::string s;
+  for (DType d : dtypes) s += (s.empty() ? "" : "|") + std::string(to_string(d));
+  return s;
+}
+
+void check_scales(std::string_view name, const TensorView& t, QuantScheme scheme, std::int64_t experts,
+                  std::int64_t n, std::int64_t k, Device device) {
+  switch (scheme) {
+    case QuantScheme::bf16:
+      require(!t.defined(), std::string(name) + ": expected absent for bf16, given " + t.to_string());
+      return;
+    case QuantScheme::fp8_tensor: check_tensor(name, t, {DType::f32}, {experts}, device); return;
+    case QuantScheme::fp8_rowwise: check_tensor(name, t, {DType::f32}, {experts, n}, device); return;
+    case QuantScheme::fp8_block:
+      check_tensor(name, t, {DType::f32}, {experts, ceil_div(n, kBlock), ceil_div(k, kBlock)}, device);
+      return;
+  }
+}
+
+void check_optional_scalar(std::string_view name, const TensorView& t, const MoEConfig& c) {
+  if (!t.defined()) return;
+  require(c.quant.scheme == QuantScheme::fp8_tensor,
+          std::string(name) + ": a static activation scale needs fp8-tensor, given quant " +
+              std::string(to_string(c.quant.scheme)));
+  check_tensor(name, t, {DType::f32}, {1}, Device::cpu);
+  const float v = t.ptr<float>()[0];
+  require(v > 0.0f, std::string(name) + ": expected a scale > 0, given " + std::to_string(v));
+}
+
+std::int64_t tokens_of(const TensorView& hidden, const MoEConfig& c, Device device) {
+  require(hidden.defined() && hidden.rank == 2,
+          "hidden: expected [T, " + std::to_string(c.hidden_size) + "] bf16, given " + hidden.to_string());
+  const std::int64_t tokens = hidden.size(0);
+  check_tensor("hidden", hidden, {DType::bf16}, {tokens, c.hidden_size}, device);
+  return tokens;
+}
+
+}  // namespace
+
+void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
+                  const std::vector<std::int64_t>& shape, Device device) {
+  const std::string expected = shape_text(shape) + " " + dtypes_text(dtypes) + " " +
+                               std::string(to_string(device));
+  const std::string given = t.to_string();
+  require(t.defined(), std::string(name) + ": expected " + expected + ", given absent");
+  bool dtype_ok = false;
+  for (DType d : dtypes) dtype_ok = dtype_ok || d == t.dtype;
+  require(dtype_ok && t.shape_vector() == shape && t.device == device,
+          std::string(name) + ": expected " + expected + ", given " + given);
+  require(t.is_contiguous(), std::string(name) + ": expected a contiguous row-major tensor");
+  require(t.data != nullptr || t.numel() == 0, std::string(name) + ": data pointer is null");
+}
+
+void check_weights(const MoEConfig& c, const Weights& w, Device device) {
+  const QuantScheme scheme = c.quant.scheme;
+  const DType dtype = activation_dtype(scheme);
+  const std::int64_t el = c.local_experts(), width = c.gemm1_width();
+  check_tensor("w13", w.w13, {dtype}, {el, width, c.hidden_size}, device);
+  check_tensor("w2", w.w2, {dtype}, {el, c.hidden_size, c.intermediate_size}, device);
+  check_scales("w13_scale", w.w13_scale, scheme, el, width, c.hidden_size, device);
+  check_scales("w2_scale", w.w2_scale, scheme, el, c.hidden_size, c.intermediate_size, device);
+  if (c.routing.uses_bias())
+    check_tensor("e_score_correction_bias", w.e_score_correction_bias, {DType::f32, DType::bf16},
+                 {c.num_experts}, device);
+  check_optional_scalar("w13_input_scale", w.w13_input_scale, c);
+  check_optional_scalar("w2_input_scale", w.w2_input_scale, c);
+}
+
+std::int64_t check_args(const MoEConfig& c, const FusedArgs& a, Device device) {
+  require(c.routing.method != RoutingMethod::external,
+          "routing: method 'external' takes its routing from the caller; call forward(ExternalArgs)");
+  const std::int64_t t = tokens_of(a.hidden, c, device);
+  check_tensor("router_logits", a.router_logits, {DType::f32, DType::bf16}, {t, c.num_experts}, device);
+  check_tensor("out", a.out, {DType::bf16}, {t, c.hidden_size}, device);
+  require(a.topk_ids.defined() == a.topk_weights.defined(),
+          "topk_ids/topk_weights: pass both routing outputs or neither");
+  if (a.topk_ids.defined()) {
+    check_tensor("topk_ids", a.topk_ids, {DType::i32}, {t, c.top_k()}, device);
+    check_tensor("topk_weights", a.topk_weights, {DType::f32}, {t, c.top_k()}, device);
+  }
+  return t;
+}
+
+std::int64_t check_args(const MoEConfig& c, const ExternalArgs& a, Device device) {
+  const std::int64_t t = tokens_of(a.hidden, c, device);
+  check_tensor("topk_ids", a.topk_ids, {DType::i32}, {t, c.top_k()}, device);
+  check_tensor("topk_weights", a.topk_weights, {DType::f32}, {t, c.top_k()}, device);
+  check_tensor("out", a.out, {DType::bf16}, {t, c.hidden_size}, device);
+  if (device == Device::cpu) check_topk_ids(a.topk_ids, c.num_experts);
+  return t;
+}
+
+void check_topk_ids(const TensorView& ids, std::int64_t num_experts) {
+  const std::int32_t* p = ids.ptr<std::int32_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    require(p[i] >= -1 && p[i] < num_experts,
+            "topk_ids: expected ids in [-1, " + std::to_string(num_experts) + "), given " +
+                std::to_string(p[i]) + " at flat index " + std::to_string(i));
+  }
+}
+
+}  // namespace moekit::core

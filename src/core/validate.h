@@ -1,0 +1,28 @@
+// Checks of everything a public entry point is handed, before anything is touched.
+// Each throws moekit::Error naming the argument, what was expected and what was given.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "moekit/config.h"
+#include "moekit/layer.h"
+#include "moekit/tensor.h"
+
+namespace moekit::core {
+
+// A required tensor: defined, this dtype (one of `dtypes`), this shape, contiguous, on `device`.
+void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
+                  const std::vector<std::int64_t>& shape, Device device);
+
+void check_weights(const MoEConfig& config, const Weights& weights, Device device);
+
+// The number of tokens T of the call (from hidden), after checking every argument.
+std::int64_t check_args(const MoEConfig& config, const FusedArgs& args, Device device);
+std::int64_t check_args(const MoEConfig& config, const ExternalArgs& args, Device device);
+
+// topk_ids values lie in [-1, E) (host memory only).
+void check_topk_ids(const TensorView& topk_ids, std::int64_t num_experts);
+
+}  // namespace moekit::core

@@ -1,0 +1,177 @@
+// The CPU backend: the reference stages (plain loops, multithreaded), and its registration.
+#include <cstdlib>
+
+#include "core/stages.h"
+#include "cpu/activation.h"
+#include "cpu/finalize.h"
+#include "cpu/gemm.h"
+#include "cpu/permute.h"
+#include "cpu/quant.h"
+#include "cpu/routing.h"
+
+namespace moekit::cpu {
+namespace {
+
+using core::Carver;
+using core::StageProblem;
+using core::Workspace;
+
+float scalar_or_zero(const TensorView& t) { return t.defined() ? t.ptr<float>()[0] : 0.0f; }
+
+class Router final : public core::RouterStage {
+ public:
+  Status can_implement(const StageProblem&) const override { return Status::ok(); }
+  std::size_t workspace_size(const StageProblem&) const override { return 0; }
+  void run(const StageProblem& p, const core::RouterArgs& args, Workspace, Stream) const override {
+    route_tokens(p.config.routing, args.in, args.out);
+  }
+};
+
+class Prepare final : public core::PrepareStage {
+ public:
+  explicit Prepare(float static_scale) : static_scale_(static_scale) {}
+  Status can_implement(const StageProblem&) const override { return Status::ok(); }
+  std::size_t workspace_size(const StageProblem& p) const override {
+    return std::size_t(p.tokens * p.config.hidden_size) * sizeof(float);
+  }
+  void run(const StageProblem& p, const core::PrepareArgs& args, Workspace ws, Stream) const override {
+    const std::int64_t t_count = p.tokens, h = p.config.hidden_size;
+    float* x = reinterpret_cast<float*>(ws.data);
+    const bf16* hidden = args.hidden.ptr<bf16>();
+    const bool on_input = p.config.routing.effective_placement() == WeightPlacement::input;
+    core::parallel_for(t_count, 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t t = b; t < e; ++t) {
+        // Llama-4 scales the bf16 row by its router weight before quantizing (a bf16 multiply).
+        const float w = on_input ? args.topk_weights.ptr<float>()[t] : 1.0f;
+        for (std::int64_t i = 0; i < h; ++i) {
+          const float v = bf16_to_float(hidden[t * h + i]);
+          x[t * h + i] = on_input ? round_to_bf16(v * w) : v;
+        }
+      }
+    });
+    quantize_rows({p.config.quant, static_scale_}, x, t_count, h, args.out);
+  }
+
+ private:
+  float static_scale_;
+};
+
+class Experts final : public core::ExpertsStage {
+ public:
+  Experts(const Weights& w, float w2_static_scale) : weights_(w), w2_static_scale_(w2_static_scale) {}
+  Status can_implement(const StageProblem&) const override { return Status::ok(); }
+  bool applies_weights() const override { return false; }
+  std::size_t workspace_size(const StageProblem& p) const override {
+    Carver c(nullptr);
+    carve(c, p);
+    return c.used();
+  }
+
+  void run(const StageProblem& p, const core::ExpertsArgs& args, Workspace ws, Stream) const override {
+    const MoEConfig& cfg = p.config;
+    Carver c(ws.data);
+    const Buffers b = carve(c, p);
+    const QuantScheme scheme = cfg.quant.scheme;
+
+    const PermutePlan plan{b.offsets, args.slot_rows.ptr<std::int32_t>(), b.row_token};
+    const std::int64_t rows = plan_permutation(args.topk_ids.ptr<std::int32_t>(), p.tokens, cfg.top_k(),
+                                               {cfg.first_local_expert(), cfg.local_experts()}, plan);
+    const QuantizedRows a1 = prefix(b.a1, scheme, rows);
+    gather_rows(scheme, args.in, b.row_token, rows, a1);
+
+    bf16* h1 = b.gemm1_out.ptr<bf16>();
+    grouped_gemm({scheme, a1, b.offsets, weights_.w13, weights_.w13_scale, h1});
+
+    const ActivationParams act = ActivationParams::of(cfg);
+    const std::int64_t width = cfg.gemm1_width(), inter = cfg.intermediate_size;
+    float* x2 = b.act.ptr<float>();
+    core::parallel_for(rows, 8, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) activate_row(act, h1 + r * width, x2 + r * inter);
+    });
+    const QuantizedRows a2 = prefix(b.a2, scheme, rows);
+    quantize_rows({cfg.quant, w2_static_scale_}, x2, rows, inter, a2);
+
+    grouped_gemm({scheme, a2, b.offsets, weights_.w2, weights_.w2_scale, args.expert_out.ptr<bf16>()});
+  }
+
+ private:
+  struct Buffers {
+    std::int64_t* offsets;
+    std::int32_t* row_token;
+    QuantizedRows a1;      // [T*k, H] permuted GEMM1 input
+    TensorView gemm1_out;  // [T*k, W] bf16
+    TensorView act;        // [T*k, I] f32
+    QuantizedRows a2;      // [T*k, I] GEMM2 input
+  };
+
+  static QuantizedRows carve_rows(Carver& c, QuantScheme scheme, std::int64_t rows, std::int64_t cols) {
+    QuantizedRows r;
+    r.q = c.tensor(activation_dtype(scheme), {rows, cols}, Device::cpu);
+    if (scheme != QuantScheme::bf16) r.scales = c.tensor(DType::f32, scale_shape(scheme, rows, cols), Device::cpu);
+    return r;
+  }
+
+  // The first `rows` rows of a [max_rows, K] buffer, with their scales.
+  static QuantizedRows prefix(QuantizedRows r, QuantScheme scheme, std::int64_t rows) {
+    r.q.shape[0] = rows;
+    if (scheme == QuantScheme::fp8_rowwise || scheme == QuantScheme::fp8_block) r.scales.shape[0] = rows;
+    return r;
+  }
+
+  static Buffers carve(Carver& c, const StageProblem& p) {
+    const MoEConfig& cfg = p.config;
+    const std::int64_t slots = p.tokens * cfg.top_k();
+    const QuantScheme scheme = cfg.quant.scheme;
+    Buffers b;
+    b.offsets = reinterpret_cast<std::int64_t*>(c.take(sizeof(std::int64_t) * std::size_t(cfg.local_experts() + 1)));
+    b.row_token = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(slots)));
+    b.a1 = carve_rows(c, scheme, slots, cfg.hidden_size);
+    b.gemm1_out = c.tensor(DType::bf16, {slots, cfg.gemm1_width()}, Device::cpu);
+    b.act = c.tensor(DType::f32, {slots, cfg.intermediate_size}, Device::cpu);
+    b.a2 = carve_rows(c, scheme, slots, cfg.intermediate_size);
+    return b;
+  }
+
+  Weights weights_;
+  float w2_static_scale_;
+};
+
+class Finalize final : public core::FinalizeStage {
+ public:
+  Status can_implement(const StageProblem&) const override { return Status::ok(); }
+  std::size_t workspace_size(const StageProblem&) const override { return 0; }
+  void run(const StageProblem& p, const core::FinalizeArgs& args, Workspace, Stream) const override {
+    finalize({args.expert_out.ptr<bf16>(), args.slot_rows.ptr<std::int32_t>(),
+              args.topk_weights.defined() ? args.topk_weights.ptr<float>() : nullptr, p.tokens,
+              p.config.top_k(), p.config.hidden_size, args.out.ptr<bf16>()});
+  }
+};
+
+class CpuBackend final : public core::BackendImpl {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::cpu; }
+  Status can_implement(const MoEConfig&) const override { return Status::ok(); }
+  core::StageSet make_stages(const MoEConfig&, const Weights& w) const override {
+    core::StageSet s;
+    s.router = std::make_unique<Router>();
+    s.prepare = std::make_unique<Prepare>(scalar_or_zero(w.w13_input_scale));
+    s.experts = std::make_unique<Experts>(w, scalar_or_zero(w.w2_input_scale));
+    s.finalize = std::make_unique<Finalize>();
+    return s;
+  }
+  core::DeviceBuffer allocate(std::size_t bytes) const override {
+    return core::DeviceBuffer(static_cast<std::byte*>(std::malloc(bytes ? bytes : 1)),
+                              [](std::byte* p) { std::free(p); });
+  }
+};
+
+}  // namespace
+}  // namespace moekit::cpu
+
+namespace moekit::core {
+const BackendImpl& cpu_backend() {
+  static const cpu::CpuBackend backend;
+  return backend;
+}
+}  // namespace moekit::core

@@ -1,0 +1,123 @@
+#include "cpu/gemm.h"
+
+#include <algorithm>
+
+#include "core/parallel.h"
+#include "moekit/quant.h"
+
+namespace moekit::cpu {
+namespace {
+
+constexpr std::int64_t kTileN = 64;
+
+// Decodes values[begin, begin + n) of a row to f32 (without scales).
+void decode(const void* values, bool fp8, std::int64_t begin, std::int64_t n, float* out) {
+  if (fp8) {
+    const float* table = fp8_decode_table();
+    const auto* q = static_cast<const std::uint8_t*>(values) + begin;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = table[q[i]];
+  } else {
+    const auto* q = static_cast<const bf16*>(values) + begin;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(q[i]);
+  }
+}
+
+// sum_{i < n} a[i] * w[i], w being fp8 codes or bf16, ascending i.
+float dot_chunk(const float* a, const void* w, bool fp8, std::int64_t n) {
+  float p = 0.0f;
+  if (fp8) {
+    const float* table = fp8_decode_table();
+    const auto* q = static_cast<const std::uint8_t*>(w);
+    for (std::int64_t i = 0; i < n; ++i) p += a[i] * table[q[i]];
+  } else {
+    const auto* q = static_cast<const bf16*>(w);
+    for (std::int64_t i = 0; i < n; ++i) p += a[i] * bf16_to_float(q[i]);
+  }
+  return p;
+}
+
+}  // namespace
+
+ExpertMatrix expert_matrix(const TensorView& weights, const TensorView& scales, QuantScheme scheme,
+                           std::int64_t expert) {
+  ExpertMatrix m;
+  m.n = weights.size(1);
+  m.k = weights.size(2);
+  m.values = static_cast<const std::byte*>(weights.data) +
+             expert * m.n * m.k * std::int64_t(dtype_size(weights.dtype));
+  switch (scheme) {
+    case QuantScheme::bf16: break;
+    case QuantScheme::fp8_tensor: m.scales = scales.ptr<float>() + expert; break;
+    case QuantScheme::fp8_rowwise: m.scales = scales.ptr<float>() + expert * m.n; break;
+    case QuantScheme::fp8_block:
+      m.scales = scales.ptr<float>() + expert * ceil_div(m.n, kBlock) * ceil_div(m.k, kBlock);
+      break;
+  }
+  return m;
+}
+
+ActivationRow activation_row(const QuantizedRows& rows, QuantScheme scheme, std::int64_t row) {
+  const std::int64_t k = rows.q.size(1);
+  ActivationRow a;
+  a.values = static_cast<const std::byte*>(rows.q.data) + row * k * std::int64_t(dtype_size(rows.q.dtype));
+  switch (scheme) {
+    case QuantScheme::bf16: break;
+    case QuantScheme::fp8_tensor: a.scales = rows.scales.ptr<float>(); break;
+    case QuantScheme::fp8_rowwise: a.scales = rows.scales.ptr<float>() + row; break;
+    case QuantScheme::fp8_block: a.scales = rows.scales.ptr<float>() + row * ceil_div(k, kBlock); break;
+  }
+  return a;
+}
+
+void gemm_row(QuantScheme scheme, const ActivationRow& a, const ExpertMatrix& w, std::int64_t n0,
+              std::int64_t n1, bf16* out) {
+  const bool fp8 = scheme != QuantScheme::bf16;
+  const std::int64_t k_blocks = ceil_div(w.k, kBlock);
+  for (std::int64_t tile = n0; tile < n1; tile += kTileN) {
+    const std::int64_t tile_end = std::min(n1, tile + kTileN);
+    float acc[kTileN] = {};
+    float a_chunk[kBlock];
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      const std::int64_t k0 = kb * kBlock;
+      const std::int64_t len = std::min(kBlock, w.k - k0);
+      decode(a.values, fp8, k0, len, a_chunk);
+      for (std::int64_t n = tile; n < tile_end; ++n) {
+        const std::byte* w_row = static_cast<const std::byte*>(w.values) +
+                                 (n * w.k + k0) * std::int64_t(fp8 ? 1 : 2);
+        const float p = dot_chunk(a_chunk, w_row, fp8, len);
+        if (scheme == QuantScheme::fp8_block)
+          acc[n - tile] += (a.scales[kb] * w.scales[(n / kBlock) * k_blocks + kb]) * p;
+        else
+          acc[n - tile] += p;
+      }
+    }
+    for (std::int64_t n = tile; n < tile_end; ++n) {
+      float v = acc[n - tile];
+      if (scheme == QuantScheme::fp8_tensor) v = v * a.scales[0] * w.scales[0];
+      if (scheme == QuantScheme::fp8_rowwise) v = v * a.scales[0] * w.scales[n];
+      out[n] = float_to_bf16(v);
+    }
+  }
+}
+
+void grouped_gemm(const GroupedGemmArgs& args) {
+  const std::int64_t rows = args.a.q.size(0);
+  const std::int64_t n = args.weights.size(1);
+  // Split N too, so that a handful of rows (decode) still spreads over the threads.
+  constexpr std::int64_t kSplitN = 256;
+  const std::int64_t n_parts = ceil_div(n, kSplitN);
+  core::parallel_for(rows * n_parts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t m = task / n_parts;
+      const std::int64_t n0 = (task % n_parts) * kSplitN;
+      // The expert owning row m: the last e with offsets[e] <= m.
+      std::int64_t e = 0;
+      while (args.offsets[e + 1] <= m) ++e;
+      const ExpertMatrix w = expert_matrix(args.weights, args.weight_scales, args.scheme, e);
+      gemm_row(args.scheme, activation_row(args.a, args.scheme, m), w, n0, std::min(n, n0 + kSplitN),
+               args.out + m * n);
+    }
+  });
+}
+
+}  // namespace moekit::cpu

@@ -1,0 +1,157 @@
+#include "cpu/reference.h"
+
+#include <cmath>
+
+#include "core/parallel.h"
+#include "core/rows.h"
+#include "cpu/activation.h"
+#include "cpu/gemm.h"
+#include "cpu/quant.h"
+
+namespace moekit::cpu {
+namespace {
+
+// The (token, slot) pairs whose expert is local, in (token, slot) order.
+struct Pair {
+  std::int64_t token;
+  int slot;
+  std::int64_t expert;  // local index
+};
+
+std::vector<Pair> local_pairs(const ReferenceInputs& in) {
+  std::vector<Pair> pairs;
+  const std::int64_t tokens = in.hidden.size(0);
+  const int k = in.config.top_k();
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t e = std::int64_t(in.topk_ids.ptr<std::int32_t>()[t * k + j]) -
+                             in.config.first_local_expert();
+      if (e >= 0 && e < in.config.local_experts()) pairs.push_back({t, j, e});
+    }
+  return pairs;
+}
+
+bool weights_on_input(const MoEConfig& c) { return c.routing.effective_placement() == WeightPlacement::input; }
+
+float input_value(const ReferenceInputs& in, std::int64_t t, std::int64_t i) {
+  const float v = bf16_to_float(in.hidden.ptr<bf16>()[t * in.config.hidden_size + i]);
+  return weights_on_input(in.config) ? round_to_bf16(v * in.topk_weights.ptr<float>()[t]) : v;
+}
+
+QuantizedRows rows_buffer(QuantScheme scheme, std::int64_t rows, std::int64_t cols, Tensor& q, Tensor& s) {
+  q = Tensor(activation_dtype(scheme), {rows, cols});
+  if (scheme != QuantScheme::bf16) s = Tensor(DType::f32, scale_shape(scheme, rows, cols));
+  return {q.view(), s.view()};
+}
+
+double silu64(double x) { return x / (1.0 + std::exp(-x)); }
+
+double activation64(const MoEConfig& c, double gate, double up) {
+  switch (c.activation) {
+    case Activation::silu_and_mul: return silu64(gate) * up;
+    case Activation::gelu_and_mul: return 0.5 * gate * (1.0 + std::erf(gate / std::sqrt(2.0))) * up;
+    case Activation::swiglu_oai: {
+      const double g = std::fmin(gate, c.swiglu_limit);
+      const double u = std::fmax(std::fmin(up, c.swiglu_limit), -double(c.swiglu_limit));
+      return g / (1.0 + std::exp(-c.swiglu_alpha * g)) * (u + 1.0);
+    }
+    case Activation::relu2: {
+      const double r = std::fmax(gate, 0.0);
+      return r * r;
+    }
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
+  const MoEConfig& c = in.config;
+  const QuantScheme scheme = c.quant.scheme;
+  const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size, inter = c.intermediate_size;
+  const float a1_static = in.weights.w13_input_scale.defined() ? in.weights.w13_input_scale.ptr<float>()[0] : 0.0f;
+  const float a2_static = in.weights.w2_input_scale.defined() ? in.weights.w2_input_scale.ptr<float>()[0] : 0.0f;
+
+  // 1. The input rows, quantized per token (per tensor for fp8-tensor).
+  std::vector<float> x(std::size_t(tokens * h));
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t i = 0; i < h; ++i) x[std::size_t(t * h + i)] = input_value(in, t, i);
+  Tensor a1q, a1s;
+  const QuantizedRows a1 = rows_buffer(scheme, tokens, h, a1q, a1s);
+  quantize_rows({c.quant, a1_static}, x.data(), tokens, h, a1);
+
+  // 2. GEMM1 and the activation for every local (token, slot).
+  const std::vector<Pair> pairs = local_pairs(in);
+  const std::int64_t n_pairs = std::int64_t(pairs.size());
+  std::vector<float> act(std::size_t(n_pairs * inter));
+  const ActivationParams act_params = ActivationParams::of(c);
+  core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<bf16> g(std::size_t(c.gemm1_width()));
+    for (std::int64_t p = b; p < e; ++p) {
+      const Pair& pr = pairs[std::size_t(p)];
+      const ExpertMatrix w = expert_matrix(in.weights.w13, in.weights.w13_scale, scheme, pr.expert);
+      gemm_row(scheme, activation_row(a1, scheme, pr.token), w, 0, w.n, g.data());
+      activate_row(act_params, g.data(), act.data() + p * inter);
+    }
+  });
+
+  // 3. Requantize, GEMM2, and sum each token's slots in slot order.
+  Tensor a2q, a2s;
+  const QuantizedRows a2 = rows_buffer(scheme, n_pairs, inter, a2q, a2s);
+  quantize_rows({c.quant, a2_static}, act.data(), n_pairs, inter, a2);
+  std::vector<bf16> y(std::size_t(n_pairs * h));
+  core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t p = b; p < e; ++p) {
+      const ExpertMatrix w = expert_matrix(in.weights.w2, in.weights.w2_scale, scheme, pairs[std::size_t(p)].expert);
+      gemm_row(scheme, activation_row(a2, scheme, p), w, 0, w.n, y.data() + p * h);
+    }
+  });
+  std::vector<float> sum(std::size_t(tokens * h), 0.0f);
+  for (std::int64_t p = 0; p < n_pairs; ++p) {
+    const Pair& pr = pairs[std::size_t(p)];
+    const float weight = weights_on_input(c) ? 1.0f : in.topk_weights.ptr<float>()[pr.token * c.top_k() + pr.slot];
+    for (std::int64_t i = 0; i < h; ++i)
+      sum[std::size_t(pr.token * h + i)] += weight * bf16_to_float(y[std::size_t(p * h + i)]);
+  }
+  for (std::int64_t i = 0; i < tokens * h; ++i) out.ptr<bf16>()[i] = float_to_bf16(sum[std::size_t(i)]);
+}
+
+std::vector<double> ideal_reference(const ReferenceInputs& in, const core::MasterWeights& master) {
+  const MoEConfig& c = in.config;
+  const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size, inter = c.intermediate_size;
+  const std::vector<Pair> pairs = local_pairs(in);
+  const std::int64_t n_pairs = std::int64_t(pairs.size());
+  std::vector<double> y(std::size_t(n_pairs * h));
+  core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<double> x(std::size_t(h)), row(std::size_t(std::max(h, inter))), g(std::size_t(c.gemm1_width())),
+        act(std::size_t(inter));
+    for (std::int64_t p = b; p < e; ++p) {
+      const Pair& pr = pairs[std::size_t(p)];
+      const double scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
+      for (std::int64_t i = 0; i < h; ++i) x[std::size_t(i)] = bf16_to_float(in.hidden.ptr<bf16>()[pr.token * h + i]) * scale;
+      for (std::int64_t n = 0; n < c.gemm1_width(); ++n) {
+        master.row(core::Projection::w13, pr.expert, n, row.data());
+        double s = 0.0;
+        for (std::int64_t i = 0; i < h; ++i) s += x[std::size_t(i)] * row[std::size_t(i)];
+        g[std::size_t(n)] = s;
+      }
+      for (std::int64_t i = 0; i < inter; ++i)
+        act[std::size_t(i)] = activation64(c, g[std::size_t(i)], c.gated() ? g[std::size_t(inter + i)] : 0.0);
+      for (std::int64_t n = 0; n < h; ++n) {
+        master.row(core::Projection::w2, pr.expert, n, row.data());
+        double s = 0.0;
+        for (std::int64_t i = 0; i < inter; ++i) s += act[std::size_t(i)] * row[std::size_t(i)];
+        y[std::size_t(p * h + n)] = s;
+      }
+    }
+  });
+  std::vector<double> out(std::size_t(tokens * h), 0.0);
+  for (std::int64_t p = 0; p < n_pairs; ++p) {
+    const Pair& pr = pairs[std::size_t(p)];
+    const double weight = weights_on_input(c) ? 1.0 : in.topk_weights.ptr<float>()[pr.token * c.top_k() + pr.slot];
+    for (std::int64_t i = 0; i < h; ++i) out[std::size_t(pr.token * h + i)] += weight * y[std::size_t(p * h + i)];
+  }
+  return out;
+}
+
+}  // namespace moekit::cpu
