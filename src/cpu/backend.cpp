@@ -1,6 +1,7 @@
 // The CPU backend: the reference stages (plain loops, multithreaded), and its registration.
 #include <cstdlib>
 
+#include "core/parallel.h"
 #include "core/stages.h"
 #include "cpu/activation.h"
 #include "cpu/finalize.h"

@@ -1,5 +1,6 @@
 #include "cpu/reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
@@ -123,8 +124,10 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   const std::int64_t n_pairs = std::int64_t(pairs.size());
   std::vector<double> y(std::size_t(n_pairs * h));
   core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
-    std::vector<double> x(std::size_t(h)), row(std::size_t(std::max(h, inter))), g(std::size_t(c.gemm1_width())),
-        act(std::size_t(inter));
+    std::vector<double> x(static_cast<std::size_t>(h));
+    std::vector<double> row(std::size_t(std::max(h, inter)));
+    std::vector<double> g(std::size_t(c.gemm1_width()));
+    std::vector<double> act(static_cast<std::size_t>(inter));
     for (std::int64_t p = b; p < e; ++p) {
       const Pair& pr = pairs[std::size_t(p)];
       const double scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
