@@ -1,7 +1,44 @@
-// The moekit command line: dispatches to the subcommands.
+// The moekit command line: one line per error on stderr; exit 2 for usage, 1 for failures.
 #include <cstdio>
+#include <cstring>
+#include <string>
 
-int main() {
-  std::fprintf(stderr, "moekit: the command line is being assembled\n");
-  return 2;
+#include "cli_args.h"
+#include "commands.h"
+#include "moekit/moekit.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: moekit <command> [flags]\n"
+    "  run       one forward pass of a preset or a layer file (--help for flags)\n"
+    "  presets   the model presets\n"
+    "  explain   the backend decisions, with reasons\n"
+    "  version   the version\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moekit::cli;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    std::fprintf(argc < 2 ? stderr : stdout, "%s", kUsage);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "run") return cmd_run(argc, argv);
+    if (command == "presets") return cmd_presets(argc, argv);
+    if (command == "explain") return cmd_explain(argc, argv);
+    if (command == "version") {
+      std::printf("moekit %s\n", std::string(moekit::version()).c_str());
+      return 0;
+    }
+    throw UsageError("unknown command '" + command + "' (run|presets|explain|version)");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "moekit %s: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moekit %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
 }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what moekit's build needs when it is missing (idempotent): a C++20 compiler,
+# CMake, GoogleTest. CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need[*]}"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "export PATH=/usr/local/cuda/bin:\$PATH"
+fi

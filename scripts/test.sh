@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, and runs every test twice —
+# a Release build (with CUDA when nvcc exists; GPU tests skip without a GPU) and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/bootstrap.sh"
+
+echo "== release build =="
+"$root/scripts/build.sh" "$root/build"
+(cd "$root/build" && ctest --output-on-failure -j "$(nproc)")
+
+echo "== sanitizer build (ASan + UBSan, CPU code) =="
+"$root/scripts/build.sh" "$root/build-asan" -DMOEKIT_SANITIZE=ON -DMOEKIT_ENABLE_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+(cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$(nproc)")

@@ -1,0 +1,7 @@
+#include "moekit/moekit.h"
+
+namespace moekit {
+
+std::string_view version() { return MOEKIT_VERSION; }
+
+}  // namespace moekit

@@ -1,0 +1,127 @@
+// `moekit run`: one forward pass of a preset or a layer file, optionally checked against
+// the pipeline reference and measured against the ideal reference.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "commands.h"
+#include "cpu/reference.h"
+#include "io/safetensors.h"
+#include "run_setup.h"
+
+namespace moekit::cli {
+namespace {
+
+constexpr double kTolerance = 5e-3;  // DESIGN §8
+
+struct Comparison {
+  double rel_err = 0.0;
+  bool has_nan = false;
+};
+
+Comparison compare(const TensorView& out, const double* ref_values, const TensorView* ref_bf16) {
+  Comparison c;
+  double diff = 0.0, norm = 0.0;
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    const double o = bf16_to_float(out.ptr<bf16>()[i]);
+    const double r = ref_bf16 ? double(bf16_to_float(ref_bf16->ptr<bf16>()[i])) : ref_values[i];
+    c.has_nan = c.has_nan || std::isnan(o);
+    diff += (o - r) * (o - r);
+    norm += r * r;
+  }
+  c.rel_err = norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  if (c.has_nan) c.rel_err = NAN;
+  return c;
+}
+
+std::string shape(const Tensor& t) { return t.view().to_string(); }
+
+void print_header(const RunSetup& s, const Layer& layer) {
+  const double gb = double(s.weights.w13.nbytes() + s.weights.w2.nbytes()) / 1e9;
+  std::printf("moekit run: %s\n", s.source.c_str());
+  std::printf("  config   %s\n", s.config.to_string().c_str());
+  std::printf("  hidden   %s, routing %s\n", shape(s.hidden).c_str(),
+              s.routing == RoutingMode::fused ? "fused" : "external");
+  std::printf("  weights  w13 %s, w2 %s (%.2f GB)\n", s.weights.w13.to_string().c_str(),
+              s.weights.w2.to_string().c_str(), gb);
+  std::printf("  backend  %s\n", std::string(layer.backend_name()).c_str());
+}
+
+// The routing an external-routing run passes in: the file's, or the CPU router's.
+void external_routing(const RunSetup& s, const Tensor& ids, const Tensor& weights) {
+  if (s.topk_ids.defined()) {
+    std::memcpy(ids.view().data, s.topk_ids.view().data, ids.nbytes());
+    std::memcpy(weights.view().data, s.topk_weights.view().data, weights.nbytes());
+    return;
+  }
+  route(s.config.routing, {s.router_logits.view(), s.config.routing.uses_bias() ? s.weights.e_score_correction_bias : TensorView{}},
+        {ids.view(), weights.view()});
+}
+
+bool check(const RunSetup& s, const Tensor& out, const Tensor& ids, const Tensor& weights) {
+  const cpu::ReferenceInputs in{s.config, s.weights, s.hidden.view(), ids.view(), weights.view()};
+  Tensor pipeline(DType::bf16, out.shape());
+  cpu::pipeline_reference(in, pipeline.view());
+  const TensorView pipeline_view = pipeline.view();
+  const Comparison vs_pipeline = compare(out.view(), nullptr, &pipeline_view);
+  const std::vector<double> ideal = cpu::ideal_reference(in, *s.master);
+  const Comparison vs_ideal = compare(out.view(), ideal.data(), nullptr);
+  std::printf("  quantization error vs the ideal reference (f64, %s weights): rel_err=%.3e\n",
+              s.synthetic ? "unquantized" : "dequantized", vs_ideal.rel_err);
+  bool pass = !vs_pipeline.has_nan && vs_pipeline.rel_err <= kTolerance;
+  if (s.expected_out.defined()) {
+    const TensorView expected = s.expected_out.view();
+    const Comparison vs_file = compare(out.view(), nullptr, &expected);
+    std::printf("  vs the file's expected_out: rel_err=%.3e\n", vs_file.rel_err);
+    pass = pass && !vs_file.has_nan && vs_file.rel_err <= kTolerance;
+  }
+  std::printf("check: %s rel_err=%.3e tol=%.0e\n", pass ? "PASS" : "FAIL", vs_pipeline.rel_err, kTolerance);
+  return pass;
+}
+
+void dump(const std::string& path, const RunSetup& s, const Tensor& out, const Tensor& ids, const Tensor& weights) {
+  io::write_safetensors(path, {{"out", out.view()}, {"topk_ids", ids.view()}, {"topk_weights", weights.view()}},
+                        io::config_metadata(s.config));
+  std::printf("  dumped   out, topk_ids, topk_weights to %s\n", path.c_str());
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  std::vector<Flag> flags = problem_flags();
+  flags.push_back({"check", false, "compare with the CPU pipeline reference; last line check: PASS|FAIL"});
+  flags.push_back({"dump", true, "write out, topk_ids, topk_weights to this safetensors file"});
+  flags.push_back({"help", false, "this text"});
+  const Args args(argc, argv, 2, flags);
+  if (args.has("help")) {
+    std::printf("%s", usage_of("run", flags).c_str());
+    return 0;
+  }
+  const RunSetup s = setup_from_args(args);
+  LayerOptions options;
+  options.backend = args.get("backend", "auto");
+  Layer layer(s.config, s.weights, options);
+  print_header(s, layer);
+
+  const std::int64_t tokens = s.hidden.size(0);
+  Tensor out(DType::bf16, {tokens, s.config.hidden_size});
+  Tensor ids(DType::i32, {tokens, s.config.top_k()});
+  Tensor weights(DType::f32, {tokens, s.config.top_k()});
+  std::memset(out.view().data, 0xff, out.nbytes());  // NaN: an unwritten element cannot pass
+  if (s.routing == RoutingMode::external) external_routing(s, ids, weights);
+
+  const auto start = std::chrono::steady_clock::now();
+  if (s.routing == RoutingMode::fused)
+    layer.forward(FusedArgs{s.hidden.view(), s.router_logits.view(), out.view(), ids.view(), weights.view()});
+  else
+    layer.forward(ExternalArgs{s.hidden.view(), ids.view(), weights.view(), out.view()});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("  forward  %.3f ms (%s, wall clock)\n", ms, std::string(layer.backend_name()).c_str());
+
+  if (args.has("dump")) dump(args.get("dump", ""), s, out, ids, weights);
+  if (args.has("check") && !check(s, out, ids, weights)) return 1;
+  return 0;
+}
+
+}  // namespace moekit::cli

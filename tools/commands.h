@@ -1,0 +1,10 @@
+// The subcommands of the moekit command line. Each returns the process exit code.
+#pragma once
+
+namespace moekit::cli {
+
+int cmd_run(int argc, char** argv);
+int cmd_presets(int argc, char** argv);
+int cmd_explain(int argc, char** argv);
+
+}  // namespace moekit::cli

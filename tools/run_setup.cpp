@@ -1,0 +1,107 @@
+#include "run_setup.h"
+
+#include "io/presets.h"
+
+namespace moekit::cli {
+namespace {
+
+constexpr std::int64_t kMaxTokens = std::int64_t(1) << 24;
+
+// Errors in what the flags ask for are usage errors (exit 2).
+template <class F>
+auto as_usage(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+MoEConfig apply_overrides(MoEConfig c, const Args& args) {
+  if (args.has("quant")) c.quant.scheme = as_usage([&] { return parse_quant_scheme(args.get("quant", ""), "--quant"); });
+  const std::string format = args.get("scale-format", "f32");
+  if (format != "f32" && format != "ue8m0")
+    throw UsageError("--scale-format: expected one of f32|ue8m0, given '" + format + "'");
+  c.quant.scale_format = format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32;
+  as_usage([&] {
+    validate(c);
+    return 0;
+  });
+  return c;
+}
+
+RoutingMode routing_mode(const Args& args) {
+  const std::string mode = args.get("routing", "fused");
+  if (mode != "fused" && mode != "external")
+    throw UsageError("--routing: expected one of fused|external, given '" + mode + "'");
+  return mode == "fused" ? RoutingMode::fused : RoutingMode::external;
+}
+
+void setup_from_file(const Args& args, RunSetup& s) {
+  if (args.has("preset") || args.has("tokens") || args.has("seed"))
+    throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed");
+  if (args.has("quant") && args.get("quant", "") != "")
+    throw UsageError("--quant: the layer file's weights are already quantized; drop --quant");
+  s.file = io::read_layer_file(args.get("inputs", ""));
+  io::LayerFile& f = *s.file;
+  s.config = f.config;
+  s.source = "file " + args.get("inputs", "");
+  s.hidden = std::move(f.hidden);
+  s.router_logits = std::move(f.router_logits);
+  s.topk_ids = std::move(f.topk_ids);
+  s.topk_weights = std::move(f.topk_weights);
+  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) s.expected_out = std::move(it->second);
+  s.weights = f.weights();
+  s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
+  if (!s.router_logits.defined() && s.routing == RoutingMode::fused)
+    throw UsageError("--routing fused: the layer file has no router_logits (it carries topk_ids); use --routing external");
+}
+
+void setup_from_preset(const Args& args, RunSetup& s) {
+  if (!args.has("preset")) throw UsageError("run: give --preset NAME (see `moekit presets`) or --inputs FILE");
+  if (!args.has("tokens")) throw UsageError("run: give --tokens N");
+  s.config = config_from_args(args);
+  const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
+  const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
+  s.source = "preset " + args.get("preset", "") + ", seed " + std::to_string(seed);
+  s.synthetic = core::make_synthetic_layer(s.config, seed);
+  s.weights = s.synthetic->weights();
+  s.master = std::make_unique<core::SyntheticMaster>(s.config, seed);
+  s.hidden = core::make_hidden(tokens, s.config.hidden_size, seed);
+  s.router_logits = core::make_router_logits(tokens, s.config.num_experts, DType::f32, seed);
+}
+
+}  // namespace
+
+std::vector<Flag> problem_flags() {
+  return {
+      {"preset", true, "model preset (moekit presets)"},
+      {"tokens", true, "number of tokens T"},
+      {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: the preset's)"},
+      {"scale-format", true, "f32|ue8m0: dynamic FP8 scales as any f32 or powers of two"},
+      {"routing", true, "fused|external: the layer routes, or the caller does (default fused)"},
+      {"backend", true, "auto|cpu|... (default auto; MOEKIT_BACKEND overrides auto)"},
+      {"seed", true, "seed of the random weights and inputs (default 1)"},
+      {"inputs", true, "a layer file (safetensors, DESIGN §2) instead of --preset"},
+  };
+}
+
+MoEConfig config_from_args(const Args& args) {
+  if (args.has("inputs")) {
+    const io::LayerFile f = io::read_layer_file(args.get("inputs", ""));
+    return f.config;
+  }
+  if (!args.has("preset")) throw UsageError("give --preset NAME (see `moekit presets`) or --inputs FILE");
+  const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
+  return apply_overrides(preset.config, args);
+}
+
+RunSetup setup_from_args(const Args& args) {
+  RunSetup s;
+  s.routing = routing_mode(args);
+  if (args.has("inputs")) setup_from_file(args, s);
+  else setup_from_preset(args, s);
+  return s;
+}
+
+}  // namespace moekit::cli

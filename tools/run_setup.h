@@ -1,0 +1,41 @@
+// What `moekit run` (and `explain`) work on: the config, weights and inputs, from a preset
+// and a seed or from a layer file.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli_args.h"
+#include "core/master_weights.h"
+#include "core/synthetic.h"
+#include "io/layer_file.h"
+#include "moekit/moekit.h"
+
+namespace moekit::cli {
+
+enum class RoutingMode { fused, external };
+
+struct RunSetup {
+  MoEConfig config;
+  std::string source;  // "preset deepseek-v3, seed 1" or "file F"
+  RoutingMode routing = RoutingMode::fused;
+  Tensor hidden, router_logits, topk_ids, topk_weights;  // topk_* given for external routing
+  Tensor expected_out;                                    // from a layer file, when it has one
+  Weights weights;
+  std::unique_ptr<core::MasterWeights> master;  // for the ideal reference
+  // Owners of the weights.
+  std::optional<core::SyntheticLayer> synthetic;
+  std::optional<io::LayerFile> file;
+};
+
+// The flags that choose the problem (shared by run and explain).
+std::vector<Flag> problem_flags();
+
+// The config alone, from --preset/--quant/--scale-format or the layer file's metadata.
+MoEConfig config_from_args(const Args& args);
+
+// Everything: weights generated or read, inputs generated or read.
+RunSetup setup_from_args(const Args& args);
+
+}  // namespace moekit::cli
