@@ -118,6 +118,8 @@ struct Scratch {
 
 // DeepSeek-V3's group limit: a group scores the sum of its two best choice scores (its only
 // score when it has one expert); the experts of the topk_group best groups stay eligible.
+// A NaN among a group's two best makes its score NaN, so it ranks after every group of
+// numbers; the NaN rule then holds within the kept groups.
 void keep_best_groups(Scratch& scratch) {
   const std::size_t group_size = scratch.choice.size() / scratch.group_scores.size();
   for (std::size_t g = 0; g < scratch.group_scores.size(); ++g) {

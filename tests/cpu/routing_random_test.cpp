@@ -41,8 +41,10 @@ TEST(RoutingParity, SoftmaxTopkRenormMatchesTopkSoftmax) {
                    std::to_string(num_tokens) + " " + std::string(to_string(dtype)));
       const Tensor logits = make_tensor(dtype, {num_tokens, num_experts},
                                         grid_logits(std::size_t(num_tokens * num_experts), rng));
-      const test::Routed renorm = test::route_logits(routing_config(RoutingMethod::softmax_topk_renorm, k), logits);
-      const test::Routed topk_first = test::route_logits(routing_config(RoutingMethod::topk_softmax, k), logits);
+      const test::Routed renorm =
+          test::route_logits(routing_config(RoutingMethod::softmax_topk_renorm, k), logits);
+      const test::Routed topk_first =
+          test::route_logits(routing_config(RoutingMethod::topk_softmax, k), logits);
       ASSERT_EQ(renorm.ids, topk_first.ids);
       for (std::size_t i = 0; i < renorm.weights.size(); ++i)
         ASSERT_NEAR(renorm.weights[i], topk_first.weights[i], 1e-6f * std::fabs(topk_first.weights[i]))
@@ -76,9 +78,10 @@ TEST(RoutingBatch, TokenAloneMatchesTokenInBatch) {
       std::memcpy(one.ptr<bf16>(), logits.ptr<bf16>() + t * kExperts, one.nbytes());
       const test::Routed alone = test::route_logits(config, one, &bias);
       const auto first = std::size_t(t * k);
-      EXPECT_EQ(0, std::memcmp(alone.ids.data(), batch.ids.data() + first, sizeof(std::int32_t) * std::size_t(k)))
-          << "token " << t;
-      EXPECT_EQ(0, std::memcmp(alone.weights.data(), batch.weights.data() + first, sizeof(float) * std::size_t(k)))
+      const std::vector<std::int32_t> batch_ids(batch.ids.begin() + first, batch.ids.begin() + first + k);
+      EXPECT_EQ(alone.ids, batch_ids) << "token " << t;
+      const std::size_t bytes = sizeof(float) * std::size_t(k);
+      EXPECT_EQ(0, std::memcmp(alone.weights.data(), batch.weights.data() + first, bytes))
           << "token " << t;
     }
   }

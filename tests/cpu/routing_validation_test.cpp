@@ -32,25 +32,16 @@ struct ValidationCase {
 
 void PrintTo(const ValidationCase& c, std::ostream* os) { *os << c.name; }
 
-TensorView with_shape(TensorView v, std::vector<std::int64_t> shape) {
-  return TensorView::contiguous(v.data, v.dtype, shape, v.device);
+void reshape(TensorView& v, const std::vector<std::int64_t>& shape) {
+  v = TensorView::contiguous(v.data, v.dtype, shape, v.device);
 }
 
-TensorView with_dtype(TensorView v, DType dtype) {
-  v.dtype = dtype;
-  return v;
-}
+void retype(TensorView& v, DType dtype) { v.dtype = dtype; }
 
-TensorView on_cuda(TensorView v) {
-  v.device = Device::cuda;
-  return v;
-}
+void move_to_cuda(TensorView& v) { v.device = Device::cuda; }
 
-// Rows two elements apart: the same shape over a larger buffer, not contiguous.
-TensorView strided(TensorView v) {
-  v.strides[0] *= 2;
-  return v;
-}
+// Rows twice as far apart: the same shape over a larger buffer, not contiguous.
+void spread_rows(TensorView& v) { v.strides[0] *= 2; }
 
 const std::vector<ValidationCase>& validation_cases() {
   using C = Call&;
@@ -62,13 +53,14 @@ const std::vector<ValidationCase>& validation_cases() {
       {"topk_group_above_n_group", "topk_group", [](C c) { c.config.topk_group = 5; }},
       {"top_k_beyond_kept_groups", "top_k", [](C c) { c.config.topk_group = 1; c.config.top_k = 3; }},
       {"scaling_factor_zero", "routed_scaling_factor", [](C c) { c.config.routed_scaling_factor = 0.0f; }},
-      {"top1_sigmoid_k2", "top_k", [](C c) { c.config = test::routing_config(RoutingMethod::top1_sigmoid, 2); }},
+      {"top1_sigmoid_k2", "top_k",
+       [](C c) { c.config = test::routing_config(RoutingMethod::top1_sigmoid, 2); }},
       {"logits_absent", "router_logits", [](C c) { c.in.router_logits = TensorView{}; }},
-      {"logits_rank1", "router_logits", [](C c) { c.in.router_logits = with_shape(c.in.router_logits, {kT * kE}); }},
-      {"logits_i32", "router_logits", [](C c) { c.in.router_logits = with_dtype(c.in.router_logits, DType::i32); }},
-      {"logits_f16", "router_logits", [](C c) { c.in.router_logits = with_dtype(c.in.router_logits, DType::f16); }},
-      {"logits_cuda", "router_logits", [](C c) { c.in.router_logits = on_cuda(c.in.router_logits); }},
-      {"logits_strided", "router_logits", [](C c) { c.in.router_logits = strided(c.in.router_logits); }},
+      {"logits_rank1", "router_logits", [](C c) { reshape(c.in.router_logits, {kT * kE}); }},
+      {"logits_i32", "router_logits", [](C c) { retype(c.in.router_logits, DType::i32); }},
+      {"logits_f16", "router_logits", [](C c) { retype(c.in.router_logits, DType::f16); }},
+      {"logits_cuda", "router_logits", [](C c) { move_to_cuda(c.in.router_logits); }},
+      {"logits_strided", "router_logits", [](C c) { spread_rows(c.in.router_logits); }},
       {"logits_null", "router_logits", [](C c) { c.in.router_logits.data = nullptr; }},
       {"bias_absent", "bias", [](C c) { c.in.bias = TensorView{}; }},
       {"bias_absent_renorm", "bias",
@@ -76,21 +68,20 @@ const std::vector<ValidationCase>& validation_cases() {
          c.config = test::routing_config(RoutingMethod::sigmoid_bias_renorm, kK);
          c.in.bias = TensorView{};
        }},
-      {"bias_wrong_length", "bias", [](C c) { c.in.bias = with_shape(c.in.bias, {kE - 1}); }},
-      {"bias_rank2", "bias", [](C c) { c.in.bias = with_shape(c.in.bias, {1, kE}); }},
-      {"bias_i32", "bias", [](C c) { c.in.bias = with_dtype(c.in.bias, DType::i32); }},
-      {"bias_cuda", "bias", [](C c) { c.in.bias = on_cuda(c.in.bias); }},
+      {"bias_wrong_length", "bias", [](C c) { reshape(c.in.bias, {kE - 1}); }},
+      {"bias_rank2", "bias", [](C c) { reshape(c.in.bias, {1, kE}); }},
+      {"bias_i32", "bias", [](C c) { retype(c.in.bias, DType::i32); }},
+      {"bias_cuda", "bias", [](C c) { move_to_cuda(c.in.bias); }},
       {"ids_absent", "topk_ids", [](C c) { c.out.topk_ids = TensorView{}; }},
-      {"ids_wrong_k", "topk_ids", [](C c) { c.out.topk_ids = with_shape(c.out.topk_ids, {kT, kK - 1}); }},
-      {"ids_wrong_T", "topk_ids", [](C c) { c.out.topk_ids = with_shape(c.out.topk_ids, {kT - 1, kK}); }},
-      {"ids_i64", "topk_ids", [](C c) { c.out.topk_ids = with_dtype(c.out.topk_ids, DType::i64); }},
-      {"ids_cuda", "topk_ids", [](C c) { c.out.topk_ids = on_cuda(c.out.topk_ids); }},
-      {"ids_strided", "topk_ids", [](C c) { c.out.topk_ids = strided(c.out.topk_ids); }},
+      {"ids_wrong_k", "topk_ids", [](C c) { reshape(c.out.topk_ids, {kT, kK - 1}); }},
+      {"ids_wrong_T", "topk_ids", [](C c) { reshape(c.out.topk_ids, {kT - 1, kK}); }},
+      {"ids_i64", "topk_ids", [](C c) { retype(c.out.topk_ids, DType::i64); }},
+      {"ids_cuda", "topk_ids", [](C c) { move_to_cuda(c.out.topk_ids); }},
+      {"ids_strided", "topk_ids", [](C c) { spread_rows(c.out.topk_ids); }},
       {"weights_absent", "topk_weights", [](C c) { c.out.topk_weights = TensorView{}; }},
-      {"weights_rank3", "topk_weights",
-       [](C c) { c.out.topk_weights = with_shape(c.out.topk_weights, {kT, kK, 1}); }},
-      {"weights_bf16", "topk_weights", [](C c) { c.out.topk_weights = with_dtype(c.out.topk_weights, DType::bf16); }},
-      {"weights_cuda", "topk_weights", [](C c) { c.out.topk_weights = on_cuda(c.out.topk_weights); }},
+      {"weights_rank3", "topk_weights", [](C c) { reshape(c.out.topk_weights, {kT, kK, 1}); }},
+      {"weights_bf16", "topk_weights", [](C c) { retype(c.out.topk_weights, DType::bf16); }},
+      {"weights_cuda", "topk_weights", [](C c) { move_to_cuda(c.out.topk_weights); }},
       {"weights_null", "topk_weights", [](C c) { c.out.topk_weights.data = nullptr; }},
   };
   return cases;
@@ -151,7 +142,8 @@ TEST(RoutingValidationMessage, SaysExpectedAndGiven) {
 TEST(RoutingValidationMessage, BiasIgnoredWhereUnused) {
   const Tensor logits = test::make_tensor(DType::f32, {1, 4}, {0, 3, 1, 2});
   const Tensor odd_bias = test::make_tensor(DType::f32, {2}, {100, 100});
-  const test::Routed r = test::route_logits(test::routing_config(RoutingMethod::sigmoid_topk, 2), logits, &odd_bias);
+  const RoutingConfig config = test::routing_config(RoutingMethod::sigmoid_topk, 2);
+  const test::Routed r = test::route_logits(config, logits, &odd_bias);
   EXPECT_EQ(r.ids, (std::vector<std::int32_t>{1, 3}));
 }
 
