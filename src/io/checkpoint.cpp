@@ -22,7 +22,9 @@ class CheckpointFiles {
   explicit CheckpointFiles(const std::string& folder) : folder_(folder) {
     const fs::path index = folder_ / "model.safetensors.index.json";
     const fs::path single = folder_ / "model.safetensors";
-    if (fs::exists(index)) {
+    // error_code overloads: a permission problem must surface as moekit::Error, not filesystem_error.
+    std::error_code ec;
+    if (fs::exists(index, ec)) {
       const std::string source = index.string();
       const JsonValue root = read_json_file(source);
       const JsonValue* map = root.get("weight_map");
@@ -36,7 +38,7 @@ class CheckpointFiles {
                               relative + "'");
         weight_map_[name] = relative;
       }
-    } else if (fs::exists(single)) {
+    } else if (fs::exists(single, ec)) {
       SafetensorsReader reader(single.string());
       for (const auto& name : reader.names()) weight_map_[name] = "model.safetensors";
       open_.emplace("model.safetensors", std::move(reader));
@@ -183,7 +185,8 @@ Weights CheckpointLayer::weights() const {
 
 CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
   const std::string config_path = (fs::path(folder) / "config.json").string();
-  require(fs::is_directory(folder), folder + ": not a checkpoint folder");
+  std::error_code ec;
+  require(fs::is_directory(folder, ec), folder + ": not a checkpoint folder");
   const HfModelConfig hf = parse_hf_config(read_json_file(config_path), config_path);
   require(layer_index >= 0 && (hf.num_hidden_layers < 0 || layer_index < hf.num_hidden_layers),
           "layer_index: expected 0 <= layer_index < num_hidden_layers (" + std::to_string(hf.num_hidden_layers) +

@@ -294,12 +294,9 @@ LayerFile read_layer_file(const std::string& path) {
     require(order == W13Order::gate_up || file.config.gated(),
             "metadata 'w13_order': up_gate needs a gated activation (w13 has gate and up halves), given " +
                 std::string(to_string(file.config.activation)));
-    for (const auto& [member_name, member] : kFields) {
-      (void)member;
-      if (reader.contains(member_name)) {
-        const TensorInfo& info = reader.info(member_name);
-        signatures[member_name] = {info.dtype, info.shape};
-      }
+    for (const auto& entry : kFields) {
+      const std::string name = entry.first;
+      if (reader.contains(name)) signatures[name] = {reader.info(name).dtype, reader.info(name).shape};
     }
     check_tensors(file.config, signatures);
   } catch (const Error& e) {

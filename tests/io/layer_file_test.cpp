@@ -26,7 +26,8 @@ Tensor random_bytes(DType dtype, std::vector<std::int64_t> shape, std::mt19937_6
 }
 
 bool same(const Tensor& a, const Tensor& b) {
-  return a.defined() == b.defined() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.view().data, b.view().data, a.nbytes()) == 0;
 }
 
