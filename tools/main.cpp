@@ -20,9 +20,13 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace moekit::cli;
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
-    std::fprintf(argc < 2 ? stderr : stdout, "%s", kUsage);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: moekit <run|presets|explain|version> [flags] (moekit --help)\n");
+    return 2;
+  }
+  if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    std::printf("%s", kUsage);
+    return 0;
   }
   const std::string command = argv[1];
   try {

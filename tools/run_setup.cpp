@@ -30,6 +30,16 @@ MoEConfig apply_overrides(MoEConfig c, const Args& args) {
   return c;
 }
 
+void check_backend_name(const Args& args) {
+  const std::string name = args.get("backend", "auto");
+  std::string known = "auto";
+  for (const std::string& b : backend_names()) {
+    if (b == name) return;
+    known += "|" + b;
+  }
+  if (name != "auto") throw UsageError("--backend: expected one of " + known + ", given '" + name + "'");
+}
+
 RoutingMode routing_mode(const Args& args) {
   const std::string mode = args.get("routing", "fused");
   if (mode != "fused" && mode != "external")
@@ -38,8 +48,8 @@ RoutingMode routing_mode(const Args& args) {
 }
 
 void setup_from_file(const Args& args, RunSetup& s) {
-  if (args.has("preset") || args.has("tokens") || args.has("seed"))
-    throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed");
+  if (args.has("preset") || args.has("tokens") || args.has("seed") || args.has("checkpoint"))
+    throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed/--checkpoint");
   if (args.has("quant") && args.get("quant", "") != "")
     throw UsageError("--quant: the layer file's weights are already quantized; drop --quant");
   s.file = io::read_layer_file(args.get("inputs", ""));
@@ -55,6 +65,37 @@ void setup_from_file(const Args& args, RunSetup& s) {
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
   if (!s.router_logits.defined() && s.routing == RoutingMode::fused)
     throw UsageError("--routing fused: the layer file has no router_logits (it carries topk_ids); use --routing external");
+}
+
+// Router logits as the model makes them: hidden [T, H] times the gate's weight [E, H]^T, f32.
+Tensor router_logits_of(const Tensor& hidden, const Tensor& gate) {
+  const std::int64_t tokens = hidden.size(0), h = hidden.size(1), experts = gate.size(0);
+  Tensor logits(DType::f32, {tokens, experts});
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t e = 0; e < experts; ++e) {
+      float sum = 0.0f;
+      for (std::int64_t i = 0; i < h; ++i) sum += bf16_to_float(hidden.ptr<bf16>()[t * h + i]) * gate.ptr<float>()[e * h + i];
+      logits.ptr<float>()[t * experts + e] = sum;
+    }
+  return logits;
+}
+
+void setup_from_checkpoint(const Args& args, RunSetup& s) {
+  if (args.has("preset") || args.has("quant"))
+    throw UsageError("--checkpoint: takes the problem from the checkpoint; drop --preset/--quant");
+  if (!args.has("layer")) throw UsageError("--checkpoint: give --layer N");
+  if (!args.has("tokens")) throw UsageError("run: give --tokens N");
+  const std::string folder = args.get("checkpoint", "");
+  const int layer = int(args.get_int("layer", 0, 0, 100000));
+  const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
+  const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
+  s.checkpoint = io::import_hf_layer(folder, layer, {});
+  s.config = s.checkpoint->config;
+  s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
+  s.weights = s.checkpoint->weights();
+  s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
+  s.hidden = core::make_hidden(tokens, s.config.hidden_size, seed);
+  s.router_logits = router_logits_of(s.hidden, s.checkpoint->gate_weight);
 }
 
 void setup_from_preset(const Args& args, RunSetup& s) {
@@ -83,6 +124,8 @@ std::vector<Flag> problem_flags() {
       {"backend", true, "auto|cpu|... (default auto; MOEKIT_BACKEND overrides auto)"},
       {"seed", true, "seed of the random weights and inputs (default 1)"},
       {"inputs", true, "a layer file (safetensors, DESIGN §2) instead of --preset"},
+      {"checkpoint", true, "a Hugging Face checkpoint folder instead of --preset (with --layer)"},
+      {"layer", true, "the layer of --checkpoint to import"},
   };
 }
 
@@ -91,6 +134,8 @@ MoEConfig config_from_args(const Args& args) {
     const io::LayerFile f = io::read_layer_file(args.get("inputs", ""));
     return f.config;
   }
+  if (args.has("checkpoint"))
+    return io::import_hf_layer(args.get("checkpoint", ""), int(args.get_int("layer", 0, 0, 100000)), {}).config;
   if (!args.has("preset")) throw UsageError("give --preset NAME (see `moekit presets`) or --inputs FILE");
   const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
   return apply_overrides(preset.config, args);
@@ -98,8 +143,10 @@ MoEConfig config_from_args(const Args& args) {
 
 RunSetup setup_from_args(const Args& args) {
   RunSetup s;
+  check_backend_name(args);
   s.routing = routing_mode(args);
   if (args.has("inputs")) setup_from_file(args, s);
+  else if (args.has("checkpoint")) setup_from_checkpoint(args, s);
   else setup_from_preset(args, s);
   return s;
 }

@@ -9,6 +9,7 @@
 #include "cli_args.h"
 #include "core/master_weights.h"
 #include "core/synthetic.h"
+#include "io/checkpoint.h"
 #include "io/layer_file.h"
 #include "moekit/moekit.h"
 
@@ -18,7 +19,7 @@ enum class RoutingMode { fused, external };
 
 struct RunSetup {
   MoEConfig config;
-  std::string source;  // "preset deepseek-v3, seed 1" or "file F"
+  std::string source;  // "preset deepseek-v3, seed 1", "file F" or "checkpoint DIR, layer N"
   RoutingMode routing = RoutingMode::fused;
   Tensor hidden, router_logits, topk_ids, topk_weights;  // topk_* given for external routing
   Tensor expected_out;                                    // from a layer file, when it has one
@@ -27,12 +28,13 @@ struct RunSetup {
   // Owners of the weights.
   std::optional<core::SyntheticLayer> synthetic;
   std::optional<io::LayerFile> file;
+  std::optional<io::CheckpointLayer> checkpoint;
 };
 
 // The flags that choose the problem (shared by run and explain).
 std::vector<Flag> problem_flags();
 
-// The config alone, from --preset/--quant/--scale-format or the layer file's metadata.
+// The config alone, from --preset/--quant/--scale-format, the layer file or the checkpoint.
 MoEConfig config_from_args(const Args& args);
 
 // Everything: weights generated or read, inputs generated or read.

@@ -43,24 +43,34 @@ MatrixShape shape_of(const MoEConfig& c, Projection p) {
                               : MatrixShape{c.hidden_size, c.intermediate_size};
 }
 
-// Uniform with std 1/sqrt(K) times a per-row gain in [0.5, 1.5], so that row and block
-// scales differ the way trained weights' do.
-double master_value(std::uint64_t seed, Projection p, const MoEConfig& c, std::int64_t global_expert,
-                    std::int64_t n, std::int64_t k) {
-  const MatrixShape s = shape_of(c, p);
-  const std::uint64_t stream = p == Projection::w13 ? kW13 : kW2;
-  const std::uint64_t row = std::uint64_t(global_expert * s.n + n);
-  const double gain = 0.5 + unit(hash(seed, kRowGain + 16 * stream, row));
-  const double half_width = std::sqrt(3.0 / double(s.k)) * gain;
-  return (2.0 * unit(hash(seed, stream, row * std::uint64_t(s.k) + std::uint64_t(k))) - 1.0) * half_width;
-}
+// Row n of a projection: uniform values with std 1/sqrt(K) times a per-row gain in
+// [0.5, 1.5], so that row and block scales differ the way trained weights' do.
+struct MasterRow {
+  std::uint64_t stream, first_index;
+  double half_width;
+  std::int64_t k;
+
+  MasterRow(std::uint64_t seed, Projection p, const MoEConfig& c, std::int64_t global_expert, std::int64_t n) {
+    const MatrixShape s = shape_of(c, p);
+    stream = p == Projection::w13 ? kW13 : kW2;
+    const std::uint64_t row = std::uint64_t(global_expert * s.n + n);
+    const double gain = 0.5 + unit(hash(seed, kRowGain + 16 * stream, row));
+    half_width = std::sqrt(3.0 / double(s.k)) * gain;
+    first_index = row * std::uint64_t(s.k);
+    k = s.k;
+  }
+  template <class T>
+  void fill(std::uint64_t seed, T* out) const {
+    const std::uint64_t key = mix(seed ^ (stream * 0xd1342543de82ef95ull));
+    for (std::int64_t i = 0; i < k; ++i)
+      out[i] = T((2.0 * unit(mix(key ^ (first_index + std::uint64_t(i)))) - 1.0) * half_width);
+  }
+};
 
 void master_rows(std::uint64_t seed, Projection p, const MoEConfig& c, std::int64_t global_expert,
                  std::int64_t n0, std::int64_t rows, float* out) {
-  const MatrixShape s = shape_of(c, p);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t k = 0; k < s.k; ++k)
-      out[r * s.k + k] = float(master_value(seed, p, c, global_expert, n0 + r, k));
+  const std::int64_t k = shape_of(c, p).k;
+  for (std::int64_t r = 0; r < rows; ++r) MasterRow(seed, p, c, global_expert, n0 + r).fill(seed, out + r * k);
 }
 
 // Fills values [E_local, N, K] and scales of one projection, a band of rows at a time.
@@ -184,9 +194,7 @@ Tensor make_router_logits(std::int64_t tokens, std::int64_t experts, DType dtype
 }
 
 void SyntheticMaster::row(Projection which, std::int64_t local_expert, std::int64_t n, double* out) const {
-  const MatrixShape s = shape_of(config_, which);
-  const std::int64_t e = config_.first_local_expert() + local_expert;
-  for (std::int64_t k = 0; k < s.k; ++k) out[k] = master_value(seed_, which, config_, e, n, k);
+  MasterRow(seed_, which, config_, config_.first_local_expert() + local_expert, n).fill(seed_, out);
 }
 
 }  // namespace moekit::core

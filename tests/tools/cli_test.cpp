@@ -1,0 +1,149 @@
+// Smoke tests of the moekit command line: what a user types, what comes back.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "io/safetensors.h"
+#include "io/temp_dir.h"
+#include "test_util.h"
+
+namespace moekit::test {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result moekit(const std::string& arguments, const std::string& env = "") {
+  static TempDir dir;
+  const std::string out = dir.file("stdout"), err = dir.file("stderr");
+  const std::string command = env + " " + MOEKIT_CLI_PATH + " " + arguments + " >" + out + " 2>" + err;
+  const int status = std::system(command.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string golden_layer() { return data_path("golden/layer_fp8_block_small.safetensors"); }
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(ToolsCli, PresetsListsEveryModel) {
+  const Result r = moekit("presets");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "minimax-m2",
+                           "llama4-scout", "gpt-oss-120b"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(ToolsCli, RunPresetWithCheckPasses) {
+  const Result r = moekit("run --preset qwen3-30b-a3b --tokens 3 --check");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("backend  cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantization error vs the ideal reference"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncheck: PASS rel_err="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.rfind("check:")).find('\n'), r.out.size() - r.out.rfind("check:") - 1)
+      << "the check line must be the last line";
+}
+
+TEST(ToolsCli, GoldenLayerFileMatchesItsExpectedOutput) {
+  const Result r = moekit("run --inputs " + golden_layer() + " --check");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("vs the file's expected_out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check: PASS"), std::string::npos) << r.out;
+}
+
+TEST(ToolsCli, DumpWritesOutAndRoutingAndExternalRoutingAgrees) {
+  TempDir dir;
+  const Result fused = moekit("run --inputs " + golden_layer() + " --dump " + dir.file("fused.safetensors"));
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  const Result external =
+      moekit("run --inputs " + golden_layer() + " --routing external --dump " + dir.file("external.safetensors"));
+  ASSERT_EQ(external.code, 0) << external.err;
+  io::SafetensorsReader a(dir.file("fused.safetensors")), b(dir.file("external.safetensors"));
+  for (const char* name : {"out", "topk_ids", "topk_weights"}) {
+    const Tensor x = a.read(name), y = b.read(name);
+    ASSERT_EQ(x.shape(), y.shape()) << name;
+    EXPECT_EQ(0, std::memcmp(x.view().data, y.view().data, x.nbytes())) << name;
+  }
+  EXPECT_EQ(a.read("out").shape(), (std::vector<std::int64_t>{32, 384}));
+  EXPECT_EQ(a.metadata().at("num_experts"), "8");
+}
+
+TEST(ToolsCli, ExplainPrintsEveryDecision) {
+  const Result r = moekit("explain --preset deepseek-v3");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu: yes (chosen)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpu: "), std::string::npos) << r.out;
+  const Result forced = moekit("explain", "MOEKIT_BACKEND=bogus");
+  EXPECT_EQ(forced.code, 1);
+  EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
+}
+
+struct BadCase {
+  const char* name;
+  const char* arguments;
+  const char* message;  // a part of the one stderr line
+};
+
+class ToolsCliBadArguments : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ToolsCliBadArguments, OneLineOnStderrAndExitTwo) {
+  const BadCase& c = GetParam();
+  const Result r = moekit(c.arguments);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("check:"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ToolsCliBadArguments,
+    ::testing::Values(BadCase{"no_command", "", "usage: moekit"},
+                      BadCase{"unknown_command", "frobnicate", "unknown command 'frobnicate'"},
+                      BadCase{"unknown_flag", "run --preset qwen3-30b-a3b --tokens 1 --fast", "unknown flag --fast"},
+                      BadCase{"missing_value", "run --preset qwen3-30b-a3b --tokens", "--tokens needs a value"},
+                      BadCase{"bad_tokens", "run --preset qwen3-30b-a3b --tokens -1", "--tokens: expected an integer"},
+                      BadCase{"tokens_not_a_number", "run --preset qwen3-30b-a3b --tokens 8x", "--tokens"},
+                      BadCase{"unknown_preset", "run --preset gpt-5 --tokens 1", "preset: expected one of"},
+                      BadCase{"bad_quant", "run --preset qwen3-30b-a3b --tokens 1 --quant fp4", "--quant: expected one of"},
+                      BadCase{"quant_shapes_disallow", "run --preset gpt-oss-120b --tokens 1 --quant fp8-block",
+                              "intermediate_size: fp8-block needs a multiple of 128"},
+                      BadCase{"bad_routing_mode", "run --preset qwen3-30b-a3b --tokens 1 --routing magic", "--routing"},
+                      BadCase{"bad_backend", "run --preset qwen3-30b-a3b --tokens 1 --backend tpu", "--backend: expected one of"},
+                      BadCase{"no_problem", "run --tokens 1", "--preset"},
+                      BadCase{"no_tokens", "run --preset qwen3-30b-a3b", "--tokens"},
+                      BadCase{"repeated_flag", "run --preset qwen3-30b-a3b --preset deepseek-v3 --tokens 1", "given twice"},
+                      BadCase{"inputs_and_preset", "run --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"},
+                      BadCase{"checkpoint_without_layer", "run --checkpoint /nonexistent --tokens 1", "--layer"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {
+  TempDir dir;
+  write_bytes(dir.file("bad.safetensors"), "\x10\x00\x00\x00\x00\x00\x00\x00{not json}");
+  const Result r = moekit("run --inputs " + dir.file("bad.safetensors"));
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("bad.safetensors"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace moekit::test
