@@ -1,6 +1,7 @@
 // The MoE layer: Router -> Prepare -> Experts -> Finalize, on the chosen backend.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -10,6 +11,8 @@
 #include "moekit/tensor.h"
 
 namespace moekit {
+
+class Communicator;  // moekit/comm.h
 
 // The layer's parameters, for the experts this rank owns (E_local = E / ep_size).
 // W = gemm1_width() (2I gated, I for relu2).
@@ -27,8 +30,36 @@ struct Weights {
   TensorView w2_input_scale;
 };
 
+// How expert outputs return to their token's rank (DESIGN §7).
+//   exact:   one row per (token, expert); the source sums in slot order like ep = 1: bit-identical.
+//   partial: one row per (token, rank), the rank's weighted sum; added in rank order. Least traffic.
+enum class EpCombine : std::uint8_t { automatic, exact, partial };
+std::string_view to_string(EpCombine v);
+
+struct EpOptions {
+  EpCombine combine = EpCombine::automatic;  // exact on the CPU backend, partial on GPU ones
+  // > 0: fixed capacity, at most this many tokens per rank and call. Buffers are sized for the
+  // worst case and no counts are exchanged (what CUDA-graph capture needs); more traffic.
+  std::int64_t capacity = 0;
+};
+
 struct LayerOptions {
   std::string backend = "auto";  // "auto" (MOEKIT_BACKEND may override) or a backend name
+  // Required when config.ep_size > 1: ep_size ranks, this one ep_rank, moving the backend's memory.
+  // Every rank calls forward the same number of times (it is collective); T may differ.
+  Communicator* comm = nullptr;
+  EpOptions ep;
+};
+
+// What the last forward of an EP layer moved (this rank), and the host wall time of each step.
+struct EpStats {
+  std::int64_t tokens = 0;           // this rank's tokens
+  std::int64_t records_sent = 0;     // dispatched token rows: one per (token, destination rank)
+  std::int64_t records_received = 0;
+  std::int64_t record_bytes = 0;     // one dispatched token: row, scales and its routing share
+  std::int64_t dispatch_bytes = 0, dispatch_remote_bytes = 0;  // sent by this rank; remote: to other ranks
+  std::int64_t combine_bytes = 0, combine_remote_bytes = 0;    // sent back by this rank
+  double prepare_ms = 0, dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
 };
 
 // Fused routing: the layer routes from router_logits.
@@ -64,6 +95,9 @@ class Layer {
   std::string_view backend_name() const;
   // Where the layer's tensors must live.
   Device device() const;
+  // Expert parallelism (ep_size > 1): the combine mode in use and the last forward's traffic.
+  EpCombine ep_combine() const;
+  EpStats ep_stats() const;
 
  private:
   struct Impl;
