@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -50,18 +51,46 @@ class MpiCommunicator final : public Communicator {
                 a.recv_counts.size() == std::size_t(size_) && a.recv_offsets.size() == std::size_t(size_),
             "all_to_all_v: expected " + std::to_string(size_) + " counts and offsets each way");
     require(a.unit_bytes > 0 && a.unit_bytes <= std::size_t(INT_MAX), "all_to_all_v: unit_bytes out of range");
-    const std::vector<int> sc = ints(a.send_counts, "send_counts"), so = ints(a.send_offsets, "send_offsets");
-    const std::vector<int> rc = ints(a.recv_counts, "recv_counts"), ro = ints(a.recv_offsets, "recv_offsets");
-    // Counts in units: a contiguous type of one unit keeps them far below INT_MAX.
+    // Point to point, one message per peer with a nonzero count, and a copy for this rank's
+    // own block. (Open MPI 4.1's MPI_Ialltoallv lost messages here when ranks entered it
+    // far apart in time; blocking MPI_Alltoallv did not, but cannot time out.)
+    const std::vector<int> sc = ints(a.send_counts, "send_counts"), rc = ints(a.recv_counts, "recv_counts");
+    (void)ints(a.send_offsets, "send_offsets");  // range checks
+    (void)ints(a.recv_offsets, "recv_offsets");
     MPI_Datatype unit;
     check(MPI_Type_contiguous(int(a.unit_bytes), MPI_BYTE, &unit), "MPI_Type_contiguous");
     MPI_Type_commit(&unit);
-    MPI_Request request;
-    const int code = MPI_Ialltoallv(a.send, sc.data(), so.data(), unit, a.recv, rc.data(), ro.data(), unit, comm_,
-                                    &request);
-    MPI_Type_free(&unit);  // freed once the pending operation no longer needs it
-    check(code, "MPI_Ialltoallv");
-    wait(request, "all_to_all_v");
+    struct TypeGuard {
+      MPI_Datatype& type;
+      ~TypeGuard() { MPI_Type_free(&type); }
+    } guard{unit};
+    const auto* send = static_cast<const std::byte*>(a.send);
+    auto* recv = static_cast<std::byte*>(a.recv);
+    std::vector<MPI_Request> requests;
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t rs = std::size_t(r);
+      if (r == rank_ || rc[rs] == 0) continue;
+      requests.emplace_back();
+      check(MPI_Irecv(recv + std::size_t(a.recv_offsets[rs]) * a.unit_bytes, rc[rs], unit, r, kTag, comm_,
+                      &requests.back()),
+            "MPI_Irecv");
+    }
+    for (int i = 1; i <= size_; ++i) {  // rank + 1 first, so that peers do not all send to rank 0 first
+      const int r = (rank_ + i) % size_;
+      const std::size_t rs = std::size_t(r);
+      if (r == rank_ || sc[rs] == 0) continue;
+      requests.emplace_back();
+      check(MPI_Isend(send + std::size_t(a.send_offsets[rs]) * a.unit_bytes, sc[rs], unit, r, kTag, comm_,
+                      &requests.back()),
+            "MPI_Isend");
+    }
+    const std::size_t me = std::size_t(rank_);
+    require(sc[me] == rc[me], "all_to_all_v: this rank sends itself " + std::to_string(sc[me]) + " units but expects " +
+                                  std::to_string(rc[me]));
+    if (sc[me] > 0)
+      std::memmove(recv + std::size_t(a.recv_offsets[me]) * a.unit_bytes,
+                   send + std::size_t(a.send_offsets[me]) * a.unit_bytes, std::size_t(sc[me]) * a.unit_bytes);
+    wait_all(requests, "all_to_all_v");
   }
 
   void all_gather(const void* send, void* recv, std::size_t bytes, Stream) override {
@@ -121,6 +150,21 @@ class MpiCommunicator final : public Communicator {
     return out;
   }
 
+  void wait_all(std::vector<MPI_Request>& requests, const char* what) {
+    try {
+      comm::wait_until(
+          [&] {
+            int done = 0;
+            check(MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+            return done != 0;
+          },
+          timeout_, std::string(what) + " (" + where() + ")");
+    } catch (const Error& e) {
+      if (broken_.empty()) broken_ = e.what();
+      throw;
+    }
+  }
+
   void wait(MPI_Request& request, const char* what) {
     try {
       comm::wait_until(
@@ -136,6 +180,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  static constexpr int kTag = 0x6d6b;  // the only point-to-point traffic on this communicator
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
