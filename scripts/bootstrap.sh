@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what moekit's build needs when it is missing (idempotent): a C++20 compiler,
-# CMake, GoogleTest. CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed.
+# CMake, GoogleTest, Open MPI (expert parallelism over CPU ranks, and the EP tests). CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed.
 set -euo pipefail
 
 need=()
@@ -8,6 +8,8 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v mpicxx >/dev/null 2>&1 || need+=(libopenmpi-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -95,6 +95,7 @@ int cmd_run(int argc, char** argv) {
   flags.push_back({"ep", true, "expert parallelism over N MPI ranks: mpirun -np N moekit run --ep N ..."});
   flags.push_back({"ep-combine", true, "auto|exact|partial: how expert rows return (auto: exact on cpu)"});
   flags.push_back({"ep-capacity", true, "fixed-capacity EP: at most N tokens per rank, no count exchange"});
+  flags.push_back({"ep-profile", false, "barriers before the EP exchanges: times exclude waiting for slow ranks"});
   flags.push_back({"comm-timeout", true, "seconds a collective waits for the other ranks (default 120)"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);
@@ -103,7 +104,7 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
   if (args.get_int("ep", 1, 1, 1 << 16) > 1) return cmd_run_ep(args);
-  for (const char* flag : {"ep-combine", "ep-capacity", "comm-timeout"})
+  for (const char* flag : {"ep-combine", "ep-capacity", "ep-profile", "comm-timeout"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + ": needs --ep N with N > 1");
   const RunSetup s = setup_from_args(args);
   LayerOptions options;

@@ -65,19 +65,22 @@ EpOptions ep_options(const Args& args) {
   else if (combine == "partial") o.combine = EpCombine::partial;
   else if (combine != "auto") throw UsageError("--ep-combine: expected one of auto|exact|partial, given '" + combine + "'");
   o.capacity = args.get_int("ep-capacity", 0, 0, std::int64_t(1) << 24);
+  if (args.has("ep-profile")) o.timing = EpTiming::barriers;
   return o;
 }
 
 // Traffic and times of every rank, gathered: [ep][kStats] on every rank.
-constexpr int kStats = 9;
+constexpr int kStats = 10;
 std::vector<double> gather_stats(Communicator& comm, const EpStats& s, double forward_ms) {
   const double mine[kStats] = {double(s.records_sent), double(s.record_bytes), double(s.dispatch_bytes),
                                double(s.dispatch_remote_bytes), double(s.combine_bytes),
-                               double(s.combine_remote_bytes), s.dispatch_ms, s.combine_ms, forward_ms};
+                               double(s.combine_remote_bytes), s.dispatch_ms, s.combine_ms, forward_ms, s.wait_ms};
   std::vector<double> all(std::size_t(comm.size() * kStats));
   comm.all_gather(mine, all.data(), sizeof mine, nullptr);
   return all;
 }
+
+bool layer_profiled(const Layer& layer) { return layer.ep_stats().wait_ms > 0; }
 
 void print_run(const RunSetup& s, const Layer& layer, const Split& split, const std::vector<double>& stats) {
   const int ep = int(split.counts.size());
@@ -109,6 +112,10 @@ void print_run(const RunSetup& s, const Layer& layer, const Split& split, const 
               total_tokens > 0 ? sum[3] / total_tokens : 0.0, max[6]);
   std::printf("  combine  %.3f MB sent back, %.3f MB to other ranks, %.1f B/token on the wire; %.3f ms (slowest rank)\n",
               sum[4] / 1e6, sum[5] / 1e6, total_tokens > 0 ? sum[5] / total_tokens : 0.0, max[7]);
+  if (layer_profiled(layer))
+    std::printf("  profile  barriers before each exchange: the times above exclude up to %.3f ms of waiting for the "
+                "slowest rank\n",
+                max[9]);
 }
 
 // The ep = 1 pipeline reference of the whole batch, on rank 0 (empty elsewhere).

@@ -36,11 +36,16 @@ struct Weights {
 enum class EpCombine : std::uint8_t { automatic, exact, partial };
 std::string_view to_string(EpCombine v);
 
+// barriers: every rank waits for all before each exchange, so that the dispatch and combine
+// times of EpStats measure the exchange, not the wait for the slowest rank (profiling).
+enum class EpTiming : std::uint8_t { plain, barriers };
+
 struct EpOptions {
   EpCombine combine = EpCombine::automatic;  // exact on the CPU backend, partial on GPU ones
   // > 0: fixed capacity, at most this many tokens per rank and call. Buffers are sized for the
   // worst case and no counts are exchanged (what CUDA-graph capture needs); more traffic.
   std::int64_t capacity = 0;
+  EpTiming timing = EpTiming::plain;
 };
 
 struct LayerOptions {
@@ -60,6 +65,7 @@ struct EpStats {
   std::int64_t dispatch_bytes = 0, dispatch_remote_bytes = 0;  // sent by this rank; remote: to other ranks
   std::int64_t combine_bytes = 0, combine_remote_bytes = 0;    // sent back by this rank
   double prepare_ms = 0, dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
+  double wait_ms = 0;  // EpTiming::barriers: time in the barriers (waiting for the slowest rank)
 };
 
 // Fused routing: the layer routes from router_logits.

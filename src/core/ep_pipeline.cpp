@@ -89,6 +89,14 @@ EpPipeline::EpPipeline(const MoEConfig& config, const BackendImpl& backend, cons
 
 EpPipeline::~EpPipeline() = default;
 
+void EpPipeline::barrier_for_timing(Stream stream) {
+  if (options_.timing != EpTiming::barriers) return;
+  comm_.synchronize(stream);
+  const Clock::time_point start = Clock::now();
+  comm_.barrier(stream);
+  stats_.wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
 bool EpPipeline::weights_left() const {
   return config_.routing.effective_placement() != WeightPlacement::input && !stages_.experts->applies_weights();
 }
@@ -191,6 +199,7 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   ep_->pack(layout_, {b.prepared, b.plan_token.ptr<std::int32_t>(), b.plan_ids.ptr<std::int32_t>(),
                       b.plan_weights.ptr<float>(), sizes.sent, b.send},
             stream);
+  barrier_for_timing(stream);
   comm_.all_to_all_v({b.send, plan_.counts, plan_.offsets, b.recv, recv_counts_, recv_offsets_, layout_.bytes},
                      stream);
   ep_->unpack(layout_,
@@ -202,7 +211,7 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   stats_.record_bytes = std::int64_t(layout_.bytes);
   stats_.dispatch_bytes = sizes.sent * std::int64_t(layout_.bytes);
   stats_.dispatch_remote_bytes = (sizes.sent - plan_.counts[me]) * std::int64_t(layout_.bytes);
-  stats_.dispatch_ms = ms_since(clock);
+  stats_.dispatch_ms = ms_since(clock) - stats_.wait_ms;
 
   // 4. This rank's experts on what it received.
   stages_.experts->run(StageProblem{c, sizes.received, &comm_},
@@ -210,10 +219,11 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   stats_.experts_ms = ms_since(clock);
 
   // 5. Combine.
+  const double waited = stats_.wait_ms;
   if (combine_ == EpCombine::exact) combine_exact(p, b, topk_weights, out, stream);
   else combine_partial(p, b, out, stream);
   comm_.synchronize(stream);
-  stats_.combine_ms = ms_since(clock);
+  stats_.combine_ms = ms_since(clock) - (stats_.wait_ms - waited);
 }
 
 void EpPipeline::combine_exact(const StageProblem& p, const Buffers& b, const TensorView& weights,
@@ -237,6 +247,7 @@ void EpPipeline::combine_exact(const StageProblem& p, const Buffers& b, const Te
     rows = b.return_rows.ptr<std::int32_t>();
   }
   ep_->gather_rows({b.expert_out.ptr<bf16>(), rows, count, h, b.return_send.ptr<bf16>()}, stream);
+  barrier_for_timing(stream);
   comm_.all_to_all_v({b.return_send.data, return_plan_.counts, return_plan_.offsets, b.combine_recv.data,
                       plan_.rows_back, plan_.rows_back_offsets, sizeof(bf16) * std::size_t(h)},
                      stream);
@@ -258,6 +269,7 @@ void EpPipeline::combine_partial(const StageProblem& p, const Buffers& b, const 
   stages_.finalize->run(StageProblem{c, received},
                         {b.expert_out, b.slot_rows, weights_left() ? b.recv_weights : TensorView{}, b.return_send},
                         b.finalize_ws, stream);
+  barrier_for_timing(stream);
   comm_.all_to_all_v({b.return_send.data, recv_counts_, recv_offsets_, b.combine_recv.data, plan_.rows_back,
                       plan_.rows_back_offsets, sizeof(bf16) * std::size_t(h)},
                      stream);

@@ -44,6 +44,8 @@ class EpPipeline {
                      Stream stream);
   void combine_partial(const StageProblem& p, const Buffers& b, const TensorView& out, Stream stream);
   bool weights_left() const;
+  // EpTiming::barriers: waits for every rank, counted apart from the step being timed.
+  void barrier_for_timing(Stream stream);
 
   MoEConfig config_;
   const BackendImpl& backend_;

@@ -1,0 +1,14 @@
+// The EP stages of a CUDA backend (DESIGN §7): the kernels of ep_kernels.cu behind the
+// core::EpStages contract, on the backend's stream. A CUDA backend returns these from
+// BackendImpl::make_ep_stages(); NCCL moves the bytes (make_nccl_communicator).
+#pragma once
+
+#include <memory>
+
+#include "core/ep_stages.h"
+
+namespace moekit::cuda {
+
+std::unique_ptr<core::EpStages> make_ep_stages();
+
+}  // namespace moekit::cuda
