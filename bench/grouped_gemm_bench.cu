@@ -67,14 +67,14 @@ void run_case(const Case& c) {
   CHECK(cudaMalloc(&d, rows * c.n * 2));
   CHECK(cudaMalloc(&a_s, (rows * kb + 128 * 64) * sizeof(float)));
   CHECK(cudaMalloc(&w_s, (c.groups * kb * nb + 128) * sizeof(float)));
-  CHECK(cudaMalloc(&offsets, (c.groups + 1) * sizeof(long long)));
+  CHECK(cudaMalloc(&offsets, (c.groups + 1) * sizeof(int)));
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(a), rows * c.k * elem, fp8, 1);
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(w), c.groups * c.n * c.k * elem, fp8, 2);
   fill_scales<<<256, 256>>>(static_cast<float*>(a_s), rows * kb + 128 * 64, 3);
   fill_scales<<<256, 256>>>(static_cast<float*>(w_s), c.groups * kb * nb + 128, 4);
-  std::vector<long long> off(c.groups + 1);
-  for (int e = 0; e <= c.groups; ++e) off[e] = e * c.rows_per_group;
-  CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(long long), cudaMemcpyHostToDevice));
+  std::vector<int> off(c.groups + 1);
+  for (int e = 0; e <= c.groups; ++e) off[e] = int(e * c.rows_per_group);
+  CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
 
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
@@ -92,7 +92,7 @@ void run_case(const Case& c) {
     moekit::cuda::GroupedGemmArgs args;
     args.a = a;
     args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
-    args.offsets = static_cast<const std::int64_t*>(offsets);
+    args.offsets = static_cast<const std::int32_t*>(offsets);
     args.w = w;
     args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
     args.d = static_cast<moekit::bf16*>(d);

@@ -36,7 +36,7 @@ struct GroupedGemmDesc {
   std::int64_t groups = 0;
   std::int64_t n = 0;
   std::int64_t k = 0;
-  std::int64_t max_rows = 0;  // upper bound of offsets[groups] (sizes the scale slack)
+  std::int64_t max_rows = 0;  // upper bound of offsets[groups]
   std::string to_string() const;
 };
 
@@ -55,7 +55,7 @@ struct GroupedGemmConfig {
 struct GroupedGemmArgs {
   const void* a = nullptr;
   const float* a_scales = nullptr;
-  const std::int64_t* offsets = nullptr;  // [groups + 1]
+  const std::int32_t* offsets = nullptr;  // [groups + 1], as the permutation plan writes them
   const void* w = nullptr;
   const float* w_scales = nullptr;
   bf16* d = nullptr;
