@@ -102,8 +102,8 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
           }
           const cuda::permute::PlanProblem plan_problem{rows, tokens, k, 0};
           const std::int64_t max_rows = plan_problem.max_rows();
-          DeviceArray<std::int32_t> d_ids(ids), d_counts(std::size_t(local)), d_offsets(std::size_t(local + 1)),
-              d_slot_rows(ids.size()), d_row_token(std::size_t(max_rows)), d_dropped(1);
+          DeviceArray<std::int32_t> d_ids(ids), d_counts{std::size_t(local)}, d_offsets{std::size_t(local + 1)},
+              d_slot_rows(ids.size()), d_row_token{std::size_t(max_rows)}, d_dropped(1);
           test::DeviceWorkspace plan_ws(cuda::permute::workspace_size(plan_problem));
           cuda::permute::run(plan_problem, {d_ids.data(), d_counts.data(), d_offsets.data(), d_slot_rows.data(),
                                             d_row_token.data(), nullptr, d_dropped.data()},
@@ -149,7 +149,7 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
           DeviceArray<float> d_given(std::vector<float>{given});
           DeviceArray<std::uint8_t> d_q(std::size_t(max_rows * inter) * elem);
           const std::int64_t scale_count = out.scheme == QuantScheme::fp8_tensor ? 1 : max_rows * groups;
-          DeviceArray<float> d_scales(std::size_t(std::max<std::int64_t>(1, scale_count)));
+          DeviceArray<float> d_scales{std::size_t(std::max<std::int64_t>(1, scale_count))};
           d_q.poison();
           d_scales.poison();
           test::DeviceWorkspace ws(cuda::activation::workspace_size(problem));

@@ -43,7 +43,7 @@ class DeviceArray {
  public:
   DeviceArray() = default;
   explicit DeviceArray(std::size_t count) : count_(count) {
-    if (cudaMalloc(&data_, std::max<std::size_t>(1, count * sizeof(T))) != cudaSuccess) {
+    if (cudaMalloc(reinterpret_cast<void**>(&data_), std::max<std::size_t>(1, count * sizeof(T))) != cudaSuccess) {
       data_ = nullptr;
       ADD_FAILURE() << "cudaMalloc of " << count * sizeof(T) << " bytes failed";
     }
@@ -67,16 +67,22 @@ class DeviceArray {
 
   void upload(const std::vector<T>& host) {
     ASSERT_LE(host.size(), count_);
-    if (!host.empty()) ASSERT_EQ(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    if (!host.empty()) {
+      ASSERT_EQ(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
-    if (count_ > 0) EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (count_ > 0) {
+      EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return host;
   }
   // 0xff bytes: NaN as f32, bf16 and fp8, -1 as i32.
   void poison() const {
-    if (count_ > 0) EXPECT_EQ(cudaMemset(data_, 0xff, bytes()), cudaSuccess);
+    if (count_ > 0) {
+      EXPECT_EQ(cudaMemset(data_, 0xff, bytes()), cudaSuccess);
+    }
   }
 
  private:

@@ -36,10 +36,10 @@ TEST(CudaFinalize, MatchesTheCpuBitForBit) {
       // Rows: a permutation of the slots with gaps (padding rows), about 5% of slots without a row.
       const std::int64_t slots = s.tokens * s.top_k;
       const std::int64_t rows = slots + slots / 3 + 1;
-      std::vector<std::int32_t> order(std::size_t(rows));
+      std::vector<std::int32_t> order(static_cast<std::size_t>(rows));
       std::iota(order.begin(), order.end(), 0);
       std::shuffle(order.begin(), order.end(), rng);
-      std::vector<std::int32_t> slot_rows(std::size_t(slots));
+      std::vector<std::int32_t> slot_rows(static_cast<std::size_t>(slots));
       std::uniform_real_distribution<float> u(0.0f, 1.0f);
       for (std::int64_t i = 0; i < slots; ++i) slot_rows[std::size_t(i)] = u(rng) < 0.05f ? -1 : order[std::size_t(i)];
       const std::vector<std::uint16_t> expert_out = test::random_bf16(std::size_t(rows * s.hidden), -8.0f, 8.0f, rng);
@@ -49,7 +49,7 @@ TEST(CudaFinalize, MatchesTheCpuBitForBit) {
       cpu::finalize({reinterpret_cast<const bf16*>(expert_out.data()), slot_rows.data(), with_weights ? weights.data() : nullptr,
                      s.tokens, s.top_k, s.hidden, want.data()});
 
-      DeviceArray<std::uint16_t> d_expert_out(expert_out), d_out(std::size_t(s.tokens * s.hidden));
+      DeviceArray<std::uint16_t> d_expert_out(expert_out), d_out{std::size_t(s.tokens * s.hidden)};
       DeviceArray<std::int32_t> d_slot_rows(slot_rows);
       DeviceArray<float> d_weights(weights);
       d_out.poison();

@@ -70,7 +70,7 @@ std::vector<Case> cases() {
 std::vector<std::int32_t> make_ids(const Case& c, std::mt19937_64& rng) {
   const std::int64_t global = c.second_rank ? 2 * c.local : c.local;
   std::vector<std::int32_t> ids(std::size_t(c.tokens * c.top_k));
-  std::vector<std::int32_t> experts(std::size_t(global));
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(global));
   std::iota(experts.begin(), experts.end(), 0);
   const std::int32_t favourite = std::int32_t(c.second_rank ? c.local + 3 : 3) % std::int32_t(global);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -217,7 +217,7 @@ TEST(CudaPermute, GatherMatchesThePlan) {
     DeviceArray<std::uint8_t> d_q(q), d_out(std::size_t(x.max_rows) * row_bytes);
     DeviceArray<float> d_scales(scales);
     const std::int64_t out_scales = g.scheme == QuantScheme::fp8_tensor ? 1 : x.max_rows * groups;
-    DeviceArray<float> d_out_scales(std::size_t(std::max<std::int64_t>(out_scales, 1)));
+    DeviceArray<float> d_out_scales{std::size_t(std::max<std::int64_t>(out_scales, 1))};
     d_out.poison();
     d_out_scales.poison();
     const cuda::permute::GatherProblem problem{{c.format, c.local, c.alignment, c.capacity}, c.tokens, c.top_k, g.hidden,

@@ -66,7 +66,7 @@ TEST(CudaQuantize, EverySchemeMatchesTheCpuBitForBit) {
 
     // CPU: the Prepare stage's input rounding, then cpu::quantize_rows.
     const bool on_input = c.placement == WeightPlacement::input;
-    std::vector<float> x(std::size_t(n));
+    std::vector<float> x(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const float v = bf16_to_float(bf16{hidden[std::size_t(i)]});
       x[std::size_t(i)] = on_input ? round_to_bf16(v * weights[std::size_t(i / c.hidden)]) : v;
@@ -78,7 +78,7 @@ TEST(CudaQuantize, EverySchemeMatchesTheCpuBitForBit) {
     std::int64_t scale_count = 1;
     for (const auto d : shape_of_scales) scale_count *= d;
     std::vector<std::uint8_t> cpu_q(q_bytes);
-    std::vector<float> cpu_scales(std::size_t(scale_count));
+    std::vector<float> cpu_scales(static_cast<std::size_t>(scale_count));
     QuantizedRows cpu_out;
     cpu_out.q = TensorView::contiguous(cpu_q.data(), activation_dtype(c.scheme), {c.tokens, c.hidden});
     if (fp8) cpu_out.scales = TensorView::contiguous(cpu_scales.data(), DType::f32, shape_of_scales);
@@ -91,7 +91,7 @@ TEST(CudaQuantize, EverySchemeMatchesTheCpuBitForBit) {
     DeviceArray<std::uint16_t> d_hidden(hidden);
     DeviceArray<float> d_weights(weights), d_given(std::vector<float>{given});
     DeviceArray<std::uint8_t> d_q(q_bytes);
-    DeviceArray<float> d_scales(std::size_t(scale_count));
+    DeviceArray<float> d_scales{std::size_t(scale_count)};
     d_q.poison();
     d_scales.poison();
     test::DeviceWorkspace ws(cuda::quant::workspace_size(problem));

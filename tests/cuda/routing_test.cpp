@@ -96,8 +96,8 @@ void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType 
   DeviceArray<std::uint8_t> d_logits(logits.nbytes()), d_bias(bias.nbytes());
   ASSERT_EQ(cudaMemcpy(d_logits.data(), logits.view().data, logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_bias.data(), bias.view().data, bias.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  DeviceArray<std::int32_t> d_ids(std::size_t(s.tokens * k));
-  DeviceArray<float> d_weights(std::size_t(s.tokens * k));
+  DeviceArray<std::int32_t> d_ids{std::size_t(s.tokens * k)};
+  DeviceArray<float> d_weights{std::size_t(s.tokens * k)};
   d_ids.poison();
   d_weights.poison();
   cuda::routing::run(problem, {d_logits.data(), d_bias.data(), d_ids.data(), d_weights.data()}, {}, nullptr);
@@ -181,8 +181,8 @@ TEST(CudaRouting, TiesGoToTheLowerExpert) {
     route(config, {logits.view(), config.uses_bias() ? bias.view() : TensorView{}}, {ids.view(), weights.view()});
     DeviceArray<float> d_logits(std::vector<float>(logits.ptr<float>(), logits.ptr<float>() + logits.numel()));
     DeviceArray<float> d_bias(std::vector<float>(std::size_t(s.experts), 0.0f));
-    DeviceArray<std::int32_t> d_ids(std::size_t(s.tokens * k));
-    DeviceArray<float> d_weights(std::size_t(s.tokens * k));
+    DeviceArray<std::int32_t> d_ids{std::size_t(s.tokens * k)};
+    DeviceArray<float> d_weights{std::size_t(s.tokens * k)};
     d_ids.poison();
     d_weights.poison();
     cuda::routing::run({config, s.tokens, s.experts, DType::f32, DType::f32},
