@@ -14,6 +14,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
 
 bin=""
+[ -n "${MOEKIT_PREBUILT:-}" ] && [ -d "$MOEKIT_PREBUILT/lib" ] && export LD_LIBRARY_PATH="$MOEKIT_PREBUILT/lib:${LD_LIBRARY_PATH:-}"
 if [ -n "${MOEKIT_PREBUILT:-}" ] && "$MOEKIT_PREBUILT/tests/test_cuda" --gtest_list_tests >/dev/null 2>&1; then
   bin="$MOEKIT_PREBUILT"
   echo "== using prebuilt binaries from $bin"

@@ -37,7 +37,8 @@ std::vector<Shape> shapes() {
   return {
       {0, 64, 4, 4, 2},       // no tokens
       {1, 8, 2, 2, 1},        // one token, Mixtral-sized
-      {257, 60, 6, 6, 3},     // E not a power of two nor of 4: scalar loads
+      {257, 60, 6, 6, 3},     // E not a power of two
+      {100, 90, 6, 6, 3},     // E % 4 != 0: scalar loads
       {300, 72, 8, 8, 4},     // E % 8 == 0, not of 32
       {513, 128, 8, 8, 4},    // Qwen3
       {700, 256, 8, 8, 4},    // DeepSeek-V3

@@ -55,12 +55,7 @@ void run(const GatherProblem& p, const GatherArgs& args, core::Workspace, Stream
   const Status status = can_implement(p);
   require(status.is_ok(), status.reason());
   const std::int64_t max_rows = p.max_rows();
-  if (max_rows == 0) {
-    // Nothing to gather; fp8-tensor's scale is still handed on when there is one.
-    if (p.scheme == QuantScheme::fp8_tensor && p.tokens > 0)
-      MOEKIT_CUDA_CHECK(cudaMemcpyAsync(args.out_scales, args.scales, sizeof(float), cudaMemcpyDeviceToDevice, as_cuda(stream)));
-    return;
-  }
+  if (p.tokens == 0) return;  // no token rows, hence no padding either
   require(args.q && args.out_q && args.row_token && args.plan.counts, "permute gather: q, out_q, row_token, counts are required");
   require(p.rows.format == RowFormat::masked || args.plan.offsets, "permute gather: the contiguous format needs offsets");
   require(p.scheme == QuantScheme::bf16 || (args.scales && args.out_scales), "permute gather: scales are required");
