@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The CUDA stages on a GPU machine: build (unless prebuilt binaries run there), the CUDA tests,
+# compute-sanitizer memcheck and racecheck on reduced cases, the stage benchmark; a short
+# table last. Logs go to $OUT (or ./device-out).
+#   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
+#   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
+#   MOEKIT_STEPS="tests sanitize bench"    which steps to run (default: all three)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/device-out}"
+mkdir -p "$out"
+steps="${MOEKIT_STEPS:-tests sanitize bench}"
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
+
+bin=""
+[ -n "${MOEKIT_PREBUILT:-}" ] && [ -d "$MOEKIT_PREBUILT/lib" ] && export LD_LIBRARY_PATH="$MOEKIT_PREBUILT/lib:${LD_LIBRARY_PATH:-}"
+if [ -n "${MOEKIT_PREBUILT:-}" ] && "$MOEKIT_PREBUILT/tests/test_cuda" --gtest_list_tests >/dev/null 2>&1; then
+  bin="$MOEKIT_PREBUILT"
+  echo "== using prebuilt binaries from $bin"
+else
+  build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+  gtest_args=()
+  [ -f "$root/.gtest/CMakeLists.txt" ] && gtest_args=(-DMOEKIT_GTEST_SOURCE="$root/.gtest")
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  echo "== building in $build"
+  start=$(date +%s)
+  if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON "${gtest_args[@]}" \
+        >"$out/cmake.log" 2>&1 ||
+     ! cmake --build "$build" -j 16 --target test_cuda cuda_stages_bench >"$out/build.log" 2>&1; then
+    tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
+    echo "BUILD FAILED"
+    exit 1
+  fi
+  echo "built in $(( $(date +%s) - start )) s"
+  bin="$build"
+fi
+
+tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; bench_status="not run"
+if [[ " $steps " == *" tests "* ]]; then
+  echo "== test_cuda"
+  "$bin/tests/test_cuda" --gtest_color=no 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
+  if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
+fi
+if [[ " $steps " == *" sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
+  filter='Cuda*:-CudaFp8Codec.*'
+  echo "== compute-sanitizer memcheck ($filter, small cases)"
+  MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
+    >"$out/memcheck.log" 2>&1
+  rc=$?; tail -n 4 "$out/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
+  echo "== compute-sanitizer racecheck"
+  MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
+    >"$out/racecheck.log" 2>&1
+  rc=$?; tail -n 4 "$out/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  echo "== cuda_stages_bench"
+  "$bin/bench/cuda_stages_bench" >"$out/bench.log" 2>&1
+  if [ $? -eq 0 ]; then bench_status="ran"; else bench_status="FAIL"; fi
+  grep -v "^|" "$out/bench.log" | tail -n 20
+fi
+
+echo
+echo "== summary"
+echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status"
+[ -f "$out/bench.log" ] && grep "^|" "$out/bench.log"
+[ "$tests_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]
