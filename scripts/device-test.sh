@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA stages on a GPU machine: build (unless prebuilt binaries run there), the CUDA tests,
+# The CUDA code on a GPU machine: build (unless prebuilt binaries run there), the CUDA tests,
 # compute-sanitizer memcheck and racecheck on reduced cases, the stage benchmark; a short
-# table last. Logs go to $OUT (or ./device-out).
+# grouped GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
 #   MOEKIT_STEPS="tests sanitize bench"    which steps to run (default: all three)
@@ -9,7 +9,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
 mkdir -p "$out"
-steps="${MOEKIT_STEPS:-tests sanitize bench}"
+steps="${MOEKIT_STEPS:-tests sanitize bench gemm layer}"
 export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
 
@@ -22,13 +22,14 @@ else
   build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
   gtest_args=()
   [ -f "$root/.gtest/CMakeLists.txt" ] && gtest_args=(-DMOEKIT_GTEST_SOURCE="$root/.gtest")
+  [ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && gtest_args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   echo "== building in $build"
   start=$(date +%s)
   if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON "${gtest_args[@]}" \
         >"$out/cmake.log" 2>&1 ||
-     ! cmake --build "$build" -j 16 --target test_cuda cuda_stages_bench >"$out/build.log" 2>&1; then
+     ! cmake --build "$build" -j 16 --target test_cuda cuda_stages_bench grouped_gemm_bench moekit_cli >"$out/build.log" 2>&1; then
     tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
     echo "BUILD FAILED"
     exit 1
@@ -38,6 +39,7 @@ else
 fi
 
 tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; bench_status="not run"
+gemm_status="not run"; layer_status="not run"
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda"
   "$bin/tests/test_cuda" --gtest_color=no 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
@@ -61,8 +63,28 @@ if [[ " $steps " == *" bench "* ]]; then
   grep -v "^|" "$out/bench.log" | tail -n 20
 fi
 
+if [[ " $steps " == *" gemm "* ]]; then
+  echo "== grouped_gemm_bench"
+  if "$bin/bench/grouped_gemm_bench" >"$out/gemm.log" 2>&1; then gemm_status="ran"; else gemm_status="FAIL"; fi
+fi
+if [[ " $steps " == *" layer "* ]]; then
+  echo "== moekit run --backend cuda --check (every preset, its default quant and others)"
+  layer_status="pass"
+  : >"$out/layer.log"
+  for run in ${MOEKIT_LAYER_RUNS:-"qwen3-30b-a3b:fp8-block:64" "qwen3-30b-a3b:bf16:64" "qwen3-30b-a3b:fp8-rowwise:64" \
+      "qwen3-30b-a3b:fp8-tensor:64" "deepseek-v3:fp8-block:8" "qwen3-235b-a22b:fp8-block:8" "mixtral-8x7b:fp8-tensor:8" \
+      "minimax-m2:fp8-block:8" "llama4-scout:fp8-rowwise:8" "gpt-oss-120b:bf16:8"}; do
+    IFS=: read -r preset quant tokens <<<"$run"
+    line=$("$bin/moekit" run --preset "$preset" --quant "$quant" --tokens "$tokens" --backend cuda --check 2>&1 |
+           tee -a "$out/layer.log" | grep -E "^check:|forward|error" | tr '\n' ' ')
+    echo "$preset $quant T=$tokens: $line"
+    [[ "$line" == *"check: PASS"* ]] || layer_status="FAIL"
+  done
+fi
+
 echo
 echo "== summary"
-echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status"
+echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status | gemm: $gemm_status | layer: $layer_status"
 [ -f "$out/bench.log" ] && grep "^|" "$out/bench.log"
-[ "$tests_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]
+[ -f "$out/gemm.log" ] && cat "$out/gemm.log"
+[ "$tests_status" != "FAIL" ] && [ "$gemm_status" != "FAIL" ] && [ "$layer_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]

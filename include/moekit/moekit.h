@@ -3,6 +3,7 @@
 
 #include "moekit/backend.h"
 #include "moekit/config.h"
+#include "moekit/device.h"
 #include "moekit/error.h"
 #include "moekit/layer.h"
 #include "moekit/quant.h"

@@ -10,7 +10,7 @@
 #include "core/rows.h"
 #include "cpu/gemm.h"
 #include "cuda/gemm/grouped_gemm.h"
-#include "gpu_test_util.h"
+#include "cuda_test_util.h"
 #include "moekit/quant.h"
 #include "test_util.h"
 
@@ -123,7 +123,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 class CudaGroupedGemm : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
-  MOEKIT_SKIP_WITHOUT_GPU();
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Case& c = GetParam();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -143,33 +143,33 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   cpu::grouped_gemm({scheme, {h.a.view(), h.a_scales.view()}, h.offsets.data(), h.w.view(), h.w_scales.view(),
                      expected.data()});
 
-  const std::vector<std::int32_t> offsets32(h.offsets.begin(), h.offsets.end());
-  DeviceBuffer a(h.a.nbytes()), w(h.w.nbytes()), offsets(offsets32.size() * sizeof(std::int32_t));
-  DeviceBuffer d(std::size_t(rows * n) * 2), workspace(cuda::workspace_size(desc, config));
-  a.upload(h.a.view().data, h.a.nbytes());
-  w.upload(h.w.view().data, h.w.nbytes());
-  offsets.upload(offsets32.data(), offsets32.size() * sizeof(std::int32_t));
+  DeviceArray<std::uint8_t> a(h.a.nbytes()), w(h.w.nbytes());
+  a.upload({h.a.ptr<std::uint8_t>(), h.a.ptr<std::uint8_t>() + h.a.nbytes()});
+  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
+  DeviceArray<std::int32_t> offsets(std::vector<std::int32_t>(h.offsets.begin(), h.offsets.end()));
+  DeviceArray<bf16> d(std::size_t(rows * n));
+  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(desc, config));
   // Scales get slack past the end: a partial tile may read scales of rows it does not store.
   std::vector<float> sa, sw;
   if (scheme != QuantScheme::bf16) {
     sa = device_a_scales(c.kind, h, k);
     sw = device_w_scales(c.kind, h, n, k);
   }
-  DeviceBuffer a_scales((sa.size() + 128 * 64) * sizeof(float)), w_scales((sw.size() + 128) * sizeof(float));
-  a_scales.upload(sa.data(), sa.size() * sizeof(float));
-  w_scales.upload(sw.data(), sw.size() * sizeof(float));
+  sa.resize(sa.size() + 128 * 64, 1.0f);
+  sw.resize(sw.size() + 128, 1.0f);
+  DeviceArray<float> a_scales(sa), w_scales(sw);
   d.poison();
 
   cuda::GroupedGemmArgs args;
-  args.a = a.get();
-  args.a_scales = scheme == QuantScheme::bf16 ? nullptr : a_scales.as<float>();
-  args.offsets = offsets.as<std::int32_t>();
-  args.w = w.get();
-  args.w_scales = scheme == QuantScheme::bf16 ? nullptr : w_scales.as<float>();
-  args.d = d.as<bf16>();
-  cuda::run_grouped_gemm(desc, config, args, workspace.get(), nullptr);
-  MOEKIT_CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<bf16> got = download<bf16>(d, std::size_t(rows * n));
+  args.a = a.data();
+  args.a_scales = scheme == QuantScheme::bf16 ? nullptr : a_scales.data();
+  args.offsets = offsets.data();
+  args.w = w.data();
+  args.w_scales = scheme == QuantScheme::bf16 ? nullptr : w_scales.data();
+  args.d = d.data();
+  cuda::run_grouped_gemm(desc, config, args, workspace.data(), nullptr);
+  sync_and_check();
+  const std::vector<bf16> got = d.download();
 
   double diff = 0.0, norm = 0.0, max_ref = 0.0;
   std::int64_t unwritten = 0;
