@@ -3,11 +3,10 @@
 // deterministic: the same bits run after run and whatever the thread count.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "layer_util.h"
+#include "scoped_env.h"
 
 namespace moekit::test {
 namespace {
@@ -91,24 +90,6 @@ INSTANTIATE_TEST_SUITE_P(Methods, CpuLayerRouting, ::testing::ValuesIn(routing_c
 
 // ---- Determinism ----
 
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::string(old);
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 class CpuLayerDeterminism : public ::testing::TestWithParam<LayerCase> {};
 
