@@ -60,7 +60,7 @@ TEST(CoreValidationArgsBase, ValidCallsWork) {
 
 // hidden [5, 160] bf16, logits [5, 6] f32, ids/weights [5, 2], out [5, 160] bf16.
 INSTANTIATE_TEST_SUITE_P(
-    Args, CoreValidationArgs,
+    , CoreValidationArgs,
     ::testing::Values(
         ArgsCase{"fused_hidden_f32", Entry::fused, [](Scene& s) { s.fused.hidden = s.make(DType::f32, {5, 160}); },
                  {"hidden", "bf16", "f32"}},

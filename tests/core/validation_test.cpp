@@ -40,7 +40,7 @@ TEST_P(CoreValidationConfig, ThrowsNamingTheField) {
 const QuantScheme kBf16 = QuantScheme::bf16, kBlock8 = QuantScheme::fp8_block;
 
 INSTANTIATE_TEST_SUITE_P(
-    Rules, CoreValidationConfig,
+    , CoreValidationConfig,
     ::testing::Values(
         ConfigCase{"top_k_zero", kBf16, [](MoEConfig& c) { c.routing.top_k = 0; }, {"top_k", "given 0"}},
         ConfigCase{"top_k_above_E", kBf16, [](MoEConfig& c) { c.routing.top_k = 7; }, {"top_k", "given 7"}},
@@ -104,7 +104,7 @@ const QuantScheme kTensor8 = QuantScheme::fp8_tensor, kRow8 = QuantScheme::fp8_r
 
 // w13 [6, W, H], w2 [6, H, I]: bf16 W=192 H=160 I=96; fp8-block W=256 H=144 I=128.
 INSTANTIATE_TEST_SUITE_P(
-    Tensors, CoreValidationWeights,
+    , CoreValidationWeights,
     ::testing::Values(
         WeightsCase{"w13_fp8_for_bf16", kBf16, [](Scene& s) { s.weights.w13 = s.make(DType::fp8_e4m3, {6, 192, 160}); },
                     {"w13", "bf16", "fp8_e4m3"}},

@@ -60,7 +60,7 @@ TEST_P(CpuActivationHand, Value) {
 const double kSig1 = 0.7310585786300049;  // sigma(1)
 
 INSTANTIATE_TEST_SUITE_P(
-    Values, CpuActivationHand,
+    , CpuActivationHand,
     ::testing::Values(
         HandCase{"silu_0", Activation::silu_and_mul, 0.0f, 1.0f, 0.0},
         HandCase{"silu_1_times_2", Activation::silu_and_mul, 1.0f, 2.0f, 2 * kSig1},
@@ -146,7 +146,7 @@ TEST_P(CpuActivateRow, LayoutGateThenUp) {
   for (std::int64_t i = n; i < n + 3; ++i) EXPECT_TRUE(std::isnan(out[std::size_t(i)])) << "wrote past I at " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CpuActivateRow,
+INSTANTIATE_TEST_SUITE_P(, CpuActivateRow,
                          ::testing::Values(RowCase{Activation::silu_and_mul, 16},
                                            RowCase{Activation::gelu_and_mul, 37},
                                            RowCase{Activation::swiglu_oai, 64},

@@ -87,7 +87,7 @@ const float kInf = std::numeric_limits<float>::infinity();
 const float kSub = std::ldexp(1.0f, -9);  // the smallest subnormal
 
 INSTANTIATE_TEST_SUITE_P(
-    Rules, CpuFp8Encode,
+    , CpuFp8Encode,
     ::testing::Values(
         EncodeCase{"zero", 0.0f, 0x00},
         EncodeCase{"one", 1.0f, 0x38},
@@ -182,7 +182,7 @@ TEST_P(CpuFp8Scale, FollowsTheRule) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Rules, CpuFp8Scale,
+    , CpuFp8Scale,
     ::testing::Values(ScaleCase{"f32_448", 448.0f, ScaleFormat::f32, 1.0f},
                       ScaleCase{"f32_1", 1.0f, ScaleFormat::f32, 1.0f / 448.0f},
                       ScaleCase{"f32_3p5", 3.5f, ScaleFormat::f32, 3.5f / 448.0f},

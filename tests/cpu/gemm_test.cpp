@@ -184,7 +184,7 @@ std::vector<GemmCase> gemm_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuGroupedGemm, ::testing::ValuesIn(gemm_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuGroupedGemm, ::testing::ValuesIn(gemm_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 // gemm_row on a column range writes exactly [n0, n1).

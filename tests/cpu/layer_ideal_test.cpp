@@ -66,7 +66,7 @@ std::vector<LayerCase> ideal_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuLayerIdeal, ::testing::ValuesIn(ideal_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerIdeal, ::testing::ValuesIn(ideal_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 // ---- Mutations: the layer gets subtly wrong weights, the reference the right ones. ----
@@ -161,7 +161,7 @@ std::vector<MutationCase> mutation_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuLayerIdealMutation, ::testing::ValuesIn(mutation_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerIdealMutation, ::testing::ValuesIn(mutation_cases()),
                          [](const auto& info) { return mutation_name(info.param); });
 
 // ---- top1_sigmoid (Llama-4): the router weight multiplies the input row, not the output. ----
@@ -219,7 +219,7 @@ TEST_P(CpuLayerTop1Sigmoid, WeightOnInputDiffersFromOutput) {
   EXPECT_EQ(bit_differences(run_external(external_layer, in.hidden, in.routing), out), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuLayerTop1Sigmoid,
+INSTANTIATE_TEST_SUITE_P(, CpuLayerTop1Sigmoid,
                          ::testing::Values(Top1Case{QuantScheme::bf16, Activation::silu_and_mul},
                                            Top1Case{QuantScheme::bf16, Activation::relu2},
                                            Top1Case{QuantScheme::fp8_rowwise, Activation::silu_and_mul},

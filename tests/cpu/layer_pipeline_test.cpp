@@ -125,7 +125,7 @@ std::vector<LayerCase> pipeline_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CpuLayerPipeline, ::testing::ValuesIn(pipeline_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerPipeline, ::testing::ValuesIn(pipeline_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 // ---- Expert parallelism: ranks 0 and 1 of ep = 2 against ep = 1. ----
@@ -189,7 +189,7 @@ std::vector<LayerCase> ep_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuLayerEp, ::testing::ValuesIn(ep_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerEp, ::testing::ValuesIn(ep_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 }  // namespace

@@ -85,7 +85,7 @@ std::vector<LayerCase> routing_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, CpuLayerRouting, ::testing::ValuesIn(routing_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerRouting, ::testing::ValuesIn(routing_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 // ---- Determinism ----
@@ -132,7 +132,7 @@ std::vector<LayerCase> determinism_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuLayerDeterminism, ::testing::ValuesIn(determinism_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuLayerDeterminism, ::testing::ValuesIn(determinism_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 }  // namespace

@@ -154,7 +154,7 @@ std::vector<QuantCase> quant_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, CpuQuantizeRows, ::testing::ValuesIn(quant_cases()),
+INSTANTIATE_TEST_SUITE_P(, CpuQuantizeRows, ::testing::ValuesIn(quant_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
 TEST(CpuQuantHelpers, AmaxAndQuantizeWithScale) {
