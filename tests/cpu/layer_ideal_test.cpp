@@ -63,6 +63,15 @@ std::vector<LayerCase> ideal_cases() {
   grouped.experts = 8, grouped.n_group = 4, grouped.topk_group = 2, grouped.top_k = 3;
   grouped.tokens = 32;
   cases.push_back(grouped);
+  LayerCase ep = ue8m0;
+  ep.format = ScaleFormat::f32, ep.ep_size = 2, ep.ep_rank = 1;
+  ep.method = RoutingMethod::external, ep.ids = Ids::some_none;
+  cases.push_back(ep);
+  LayerCase odd;
+  odd.hidden = 24, odd.inter = 40, odd.tokens = 32;
+  cases.push_back(odd);
+  odd.scheme = QuantScheme::fp8_rowwise;
+  cases.push_back(odd);
   return cases;
 }
 

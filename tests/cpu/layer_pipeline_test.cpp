@@ -118,6 +118,20 @@ std::vector<LayerCase> pipeline_cases() {
   cases.push_back(x);
   x.ep_size = 4, x.ep_rank = 3;
   cases.push_back(x);
+  // One local expert per rank; every expert in every token's top k; minimal and odd sizes.
+  x = LayerCase{QuantScheme::fp8_rowwise, Activation::swiglu_oai};
+  x.ep_size = 6, x.ep_rank = 5;
+  cases.push_back(x);
+  x = LayerCase{QuantScheme::bf16, Activation::gelu_and_mul, RoutingMethod::softmax_topk};
+  x.top_k = 6;
+  cases.push_back(x);
+  for (QuantScheme s : {QuantScheme::bf16, QuantScheme::fp8_rowwise, QuantScheme::fp8_tensor}) {
+    x = LayerCase{s};
+    x.hidden = 16, x.inter = 16;
+    cases.push_back(x);
+    x.hidden = 24, x.inter = 40, x.activation = Activation::relu2;
+    cases.push_back(x);
+  }
   // One expert owns every slot (k = 1) on a rank of its own.
   x = LayerCase{QuantScheme::fp8_rowwise, Activation::relu2, RoutingMethod::external};
   x.top_k = 1, x.ids = Ids::one_expert, x.ep_size = 3, x.ep_rank = 2;

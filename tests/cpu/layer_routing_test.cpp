@@ -31,7 +31,13 @@ TEST_P(CpuLayerRouting, FusedEqualsExternal) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const MoEConfig config = config_of(c);
-  const TestLayer tl = make_test_layer(c, seed);
+  TestLayer tl = make_test_layer(c, seed);
+  if (tl.synthetic.bias.defined() && c.logits_dtype == DType::bf16) {
+    // The bias may be bf16 too (DESIGN §2).
+    Tensor b(DType::bf16, {c.experts});
+    for (std::int64_t e = 0; e < c.experts; ++e) b.ptr<bf16>()[e] = float_to_bf16(tl.synthetic.bias.ptr<float>()[e]);
+    tl.synthetic.bias = std::move(b);
+  }
   const Tensor hidden = core::make_hidden(c.tokens, c.hidden, seed + 1);
   const Tensor logits = core::make_router_logits(c.tokens, c.experts, c.logits_dtype, seed + 2);
   Layer layer(config, tl.weights());
@@ -118,6 +124,14 @@ TEST_P(CpuLayerDeterminism, SameBitsEveryRunAndThreadCount) {
   const Tensor one_logits = core::make_router_logits(1, c.experts, c.logits_dtype, seed + 10);
   layer.forward(FusedArgs{one_hidden.view(), one_logits.view(), small.view(), {}, {}});
   EXPECT_EQ(bit_differences(run(), first), 0) << "after a smaller call";
+  // A new layer whose buffers first fit one token grows them for the full call.
+  Layer fresh(config_of(c), tl.weights());
+  Tensor small2 = poisoned_out(1, c.hidden);
+  fresh.forward(FusedArgs{one_hidden.view(), one_logits.view(), small2.view(), {}, {}});
+  EXPECT_EQ(bit_differences(small2, small), 0) << "one token";
+  Tensor grown = poisoned_out(c.tokens, c.hidden);
+  fresh.forward(FusedArgs{in.hidden.view(), in.logits.view(), grown.view(), {}, {}});
+  EXPECT_EQ(bit_differences(grown, first), 0) << "after the buffers grew";
 }
 
 std::vector<LayerCase> determinism_cases() {

@@ -137,7 +137,8 @@ inline Routing case_routing(const LayerCase& c, const Tensor& logits, const Tens
   std::mt19937_64 rng(seed ^ 0x5151);
   auto* ids = routing.ids.ptr<std::int32_t>();
   for (std::int64_t i = 0; i < routing.ids.numel(); ++i) {
-    if (c.ids == Ids::some_none && rng() % 3 == 0) ids[i] = -1;
+    // A slot without an expert carries a NaN weight: it must never be read.
+    if (c.ids == Ids::some_none && rng() % 3 == 0) ids[i] = -1, routing.weights.ptr<float>()[i] = NAN;
     if (c.ids == Ids::one_expert) ids[i] = std::int32_t(c.experts - 2);
   }
   return routing;
