@@ -1,0 +1,266 @@
+#include "io/checkpoint.h"
+
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "moekit/error.h"
+#include "moekit/quant.h"
+
+namespace moekit::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The safetensors files of a checkpoint folder and which one holds each tensor. Shards are
+// opened on first use, so a layer's import touches only the shards that hold it.
+class CheckpointFiles {
+ public:
+  explicit CheckpointFiles(const std::string& folder) : folder_(folder) {
+    const fs::path index = folder_ / "model.safetensors.index.json";
+    const fs::path single = folder_ / "model.safetensors";
+    // error_code overloads: a permission problem must surface as moekit::Error, not filesystem_error.
+    std::error_code ec;
+    if (fs::exists(index, ec)) {
+      const std::string source = index.string();
+      const JsonValue root = read_json_file(source);
+      const JsonValue* map = root.get("weight_map");
+      require(map != nullptr, source + ": missing key weight_map");
+      for (const auto& [name, file] : map->as_object(source + ": weight_map")) {
+        const std::string& relative = file.as_string(source + ": weight_map '" + name + "'");
+        const fs::path p(relative);
+        bool escapes = p.empty() || p.is_absolute();
+        for (const auto& part : p) escapes = escapes || part == "..";
+        require(!escapes, source + ": weight_map '" + name + "': expected a file inside the folder, given '" +
+                              relative + "'");
+        weight_map_[name] = relative;
+      }
+    } else if (fs::exists(single, ec)) {
+      SafetensorsReader reader(single.string());
+      for (const auto& name : reader.names()) weight_map_[name] = "model.safetensors";
+      open_.emplace("model.safetensors", std::move(reader));
+    } else {
+      throw Error(folder + ": neither model.safetensors nor model.safetensors.index.json found");
+    }
+  }
+
+  bool contains(const std::string& name) const { return weight_map_.count(name) != 0; }
+
+  // "<folder>/<shard>" for messages, or the folder when the tensor is not listed.
+  std::string where(const std::string& name) const {
+    const auto it = weight_map_.find(name);
+    return it == weight_map_.end() ? folder_.string() : (folder_ / it->second).string();
+  }
+
+  const SafetensorsReader& reader(const std::string& name) {
+    const auto it = weight_map_.find(name);
+    require(it != weight_map_.end(), folder_.string() + ": tensor '" + name + "' not found in the checkpoint");
+    auto open = open_.find(it->second);
+    if (open == open_.end()) open = open_.emplace(it->second, SafetensorsReader((folder_ / it->second).string())).first;
+    require(open->second.contains(name), where(name) + ": tensor '" + name +
+                                             "' is listed in the index for this file, but the file does not hold it");
+    return open->second;
+  }
+
+ private:
+  fs::path folder_;
+  std::map<std::string, std::string> weight_map_;  // tensor -> file relative to the folder
+  std::map<std::string, SafetensorsReader> open_;  // file -> reader
+};
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Finds tensor `name` and checks its shape and dtype; the Error names the tensor and its file.
+const TensorInfo& expect_tensor(CheckpointFiles& files, const std::string& name,
+                                const std::vector<std::int64_t>& shape, const std::vector<DType>& dtypes) {
+  const TensorInfo& info = files.reader(name).info(name);
+  bool dtype_ok = false;
+  std::string dtype_list;
+  for (const DType d : dtypes) {
+    dtype_ok = dtype_ok || d == info.dtype;
+    dtype_list += (dtype_list.empty() ? "" : "|") + std::string(to_string(d));
+  }
+  require(dtype_ok && info.shape == shape, files.where(name) + ": tensor '" + name + "': expected " +
+                                               shape_text(shape) + " " + dtype_list + ", given " +
+                                               shape_text(info.shape) + " " + std::string(to_string(info.dtype)));
+  return info;
+}
+
+float load_float(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return t.ptr<float>()[i];
+    case DType::bf16: return bf16_to_float(t.ptr<bf16>()[i]);
+    case DType::f16: return f16_to_float(t.ptr<std::uint16_t>()[i]);
+    default: throw Error("checkpoint: cannot convert " + std::string(to_string(t.dtype())) + " to a float");
+  }
+}
+
+// Reads tensor `name` into dst as `dst_dtype` (f32, bf16, or the stored dtype): straight
+// into place when the dtypes agree, through a temporary when it must be converted.
+void read_as(CheckpointFiles& files, const std::string& name, void* dst, DType dst_dtype) {
+  const SafetensorsReader& reader = files.reader(name);
+  const TensorInfo& info = reader.info(name);
+  if (info.dtype == dst_dtype) {
+    reader.read_into(name, dst, info.end - info.begin);
+    return;
+  }
+  const Tensor stored = reader.read(name);
+  for (std::int64_t i = 0; i < stored.numel(); ++i) {
+    const float v = load_float(stored, i);
+    if (dst_dtype == DType::f32) static_cast<float*>(dst)[i] = v;
+    else static_cast<bf16*>(dst)[i] = float_to_bf16(v);
+  }
+}
+
+// The two naming schemes of per-expert MoE tensors in HF checkpoints.
+struct NameScheme {
+  const char* moe;  // module under model.layers.N
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+
+constexpr NameScheme kSchemes[] = {
+    {"mlp", "gate_proj", "up_proj", "down_proj"},  // DeepSeek, Qwen
+    {"block_sparse_moe", "w1", "w3", "w2"},        // Mixtral, MiniMax
+};
+
+struct LayerNames {
+  std::string prefix;  // "model.layers.N.mlp."
+  const NameScheme* scheme = nullptr;
+
+  std::string router() const { return prefix + "gate.weight"; }
+  std::string expert(std::int64_t e, const char* proj, const char* suffix) const {
+    return prefix + "experts." + std::to_string(e) + "." + proj + suffix;
+  }
+};
+
+LayerNames find_layer(const CheckpointFiles& files, const std::string& folder, int layer_index) {
+  std::string tried;
+  for (const NameScheme& scheme : kSchemes) {
+    LayerNames names{"model.layers." + std::to_string(layer_index) + "." + scheme.moe + ".", &scheme};
+    if (files.contains(names.router())) return names;
+    tried += (tried.empty() ? "'" : ", '") + names.router() + "'";
+  }
+  throw Error(folder + ": layer " + std::to_string(layer_index) + " has no MoE router (looked for " + tried +
+              "); is it a dense layer or past the last layer?");
+}
+
+// One projection of one expert (`rows` x `cols` weight and its block scales) into place.
+struct Slot {
+  void* weight;
+  float* scale;  // null for unquantized
+};
+
+void read_projection(CheckpointFiles& files, const std::string& weight_name, const Slot& slot,
+                     std::int64_t rows, std::int64_t cols, DType dtype) {
+  const bool fp8 = dtype == DType::fp8_e4m3;
+  expect_tensor(files, weight_name, {rows, cols},
+                fp8 ? std::vector<DType>{DType::fp8_e4m3} : std::vector<DType>{DType::bf16, DType::f16, DType::f32});
+  read_as(files, weight_name, slot.weight, dtype);
+  if (!fp8) return;
+  const std::string scale_name = weight_name + "_scale_inv";
+  expect_tensor(files, scale_name, {ceil_div(rows, kBlock), ceil_div(cols, kBlock)}, {DType::f32, DType::bf16});
+  read_as(files, scale_name, slot.scale, DType::f32);
+}
+
+}  // namespace
+
+Weights CheckpointLayer::weights() const {
+  Weights w;
+  w.w13 = w13.view();
+  w.w2 = w2.view();
+  w.w13_scale = w13_scale.view();
+  w.w2_scale = w2_scale.view();
+  w.e_score_correction_bias = e_score_correction_bias.view();
+  return w;
+}
+
+CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  std::error_code ec;
+  require(fs::is_directory(folder, ec), folder + ": not a checkpoint folder");
+  const HfModelConfig hf = parse_hf_config(read_json_file(config_path), config_path);
+  require(layer_index >= 0 && (hf.num_hidden_layers < 0 || layer_index < hf.num_hidden_layers),
+          "layer_index: expected 0 <= layer_index < num_hidden_layers (" + std::to_string(hf.num_hidden_layers) +
+              ") of " + config_path + ", given " + std::to_string(layer_index));
+  CheckpointFiles files(folder);
+  const LayerNames names = find_layer(files, folder, layer_index);
+
+  std::string bias_name;
+  for (const std::string& candidate : {names.prefix + "gate.e_score_correction_bias", names.prefix + "e_score_correction_bias"})
+    if (bias_name.empty() && files.contains(candidate)) bias_name = candidate;
+  require(hf.topk_method != "noaux_tc" || !bias_name.empty(),
+          folder + ": tensor '" + names.prefix + "gate.e_score_correction_bias' not found, but config.json's "
+                   "topk_method noaux_tc needs it");
+
+  CheckpointLayer out;
+  MoEConfig& c = out.config;
+  c.num_experts = hf.num_experts;
+  c.hidden_size = hf.hidden_size;
+  c.intermediate_size = hf.moe_intermediate_size;
+  c.activation = hf.activation;
+  c.routing = hf_routing(hf, !bias_name.empty());
+  c.ep_size = options.ep_size;
+  c.ep_rank = options.ep_rank;
+  auto validated = [&] {
+    try {
+      validate(c);
+    } catch (const Error& e) {
+      throw Error(config_path + ": " + e.what());
+    }
+  };
+  validated();  // before any expert index is formed from ep_size/ep_rank
+  // The first local expert's gate weight decides the scheme; every other tensor must agree.
+  const std::string probe = names.expert(c.first_local_expert(), names.scheme->gate, ".weight");
+  const DType weight_dtype = files.reader(probe).info(probe).dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+  if (weight_dtype == DType::fp8_e4m3) {
+    c.quant.scheme = QuantScheme::fp8_block;
+    c.quant.scale_format = hf.scale_format;
+    validated();  // fp8-block adds its own shape rules
+  }
+
+  const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t hb = ceil_div(h, kBlock), ib = ceil_div(i, kBlock);
+  const bool fp8 = weight_dtype == DType::fp8_e4m3;
+  out.w13 = Tensor(weight_dtype, {el, 2 * i, h});
+  out.w2 = Tensor(weight_dtype, {el, h, i});
+  if (fp8) {
+    out.w13_scale = Tensor(DType::f32, {el, 2 * ib, hb});  // I % 128 == 0 (validated): gate, up blocks stack
+    out.w2_scale = Tensor(DType::f32, {el, hb, ib});
+  }
+  const std::size_t unit = dtype_size(weight_dtype);
+  auto* w13 = out.w13.ptr<unsigned char>();
+  auto* w2 = out.w2.ptr<unsigned char>();
+  for (std::int64_t x = 0; x < el; ++x) {
+    const std::int64_t e = c.first_local_expert() + x;
+    unsigned char* gate = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
+    float* gate_scale = fp8 ? out.w13_scale.ptr<float>() + x * 2 * ib * hb : nullptr;
+    read_projection(files, names.expert(e, names.scheme->gate, ".weight"), {gate, gate_scale}, i, h, weight_dtype);
+    read_projection(files, names.expert(e, names.scheme->up, ".weight"),
+                    {gate + std::size_t(i * h) * unit, fp8 ? gate_scale + ib * hb : nullptr}, i, h, weight_dtype);
+    read_projection(files, names.expert(e, names.scheme->down, ".weight"),
+                    {w2 + std::size_t(x * h * i) * unit, fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr}, h,
+                    i, weight_dtype);
+  }
+
+  const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
+  expect_tensor(files, names.router(), {c.num_experts, h}, floats);
+  out.gate_weight = Tensor(DType::f32, {c.num_experts, h});
+  read_as(files, names.router(), out.gate_weight.view().data, DType::f32);
+  if (!bias_name.empty()) {
+    expect_tensor(files, bias_name, {c.num_experts}, floats);
+    out.e_score_correction_bias = Tensor(DType::f32, {c.num_experts});
+    read_as(files, bias_name, out.e_score_correction_bias.view().data, DType::f32);
+  }
+  return out;
+}
+
+}  // namespace moekit::io

@@ -1,0 +1,40 @@
+// Importing one MoE layer from a Hugging Face checkpoint folder: config.json plus
+// model.safetensors, or shards listed by model.safetensors.index.json.
+//
+// Per-expert tensors, either naming scheme (N = layer, e = expert):
+//   model.layers.N.mlp.experts.e.{gate,up,down}_proj.weight           (DeepSeek, Qwen)
+//   model.layers.N.block_sparse_moe.experts.e.{w1,w3,w2}.weight       (Mixtral, MiniMax)
+// FP8 weights carry `.weight_scale_inv` 128x128 block scales (DeepSeek style; despite the
+// name they multiply) and import as fp8-block; bf16/f16/f32 weights import as bf16.
+// Router: `<moe>.gate.weight` [E, H]; bias `<moe>.gate.e_score_correction_bias` or
+// `<moe>.e_score_correction_bias` [E]. Shared experts are not part of the MoE layer here.
+#pragma once
+
+#include <string>
+
+#include "moekit/config.h"
+#include "moekit/layer.h"
+#include "moekit/tensor.h"
+
+namespace moekit::io {
+
+struct ImportOptions {
+  int ep_size = 1, ep_rank = 0;  // only this rank's experts are read
+};
+
+struct CheckpointLayer {
+  MoEConfig config;
+  Tensor w13, w2;                // [E_local, 2I, H] gate rows then up rows, [E_local, H, I]; bf16 | fp8
+  Tensor w13_scale, w2_scale;    // fp8-block only: [E_local, 2I/128, ceil(H/128)], [E_local, ceil(H/128), ceil(I/128)]
+  Tensor e_score_correction_bias;  // [E] f32, when the checkpoint has one
+  Tensor gate_weight;              // router [E, H] f32 (converted from bf16/f16/f32)
+
+  Weights weights() const;
+};
+
+// Reads only the tensors of this rank's experts of one layer. Throws moekit::Error naming the
+// tensor and the file on a missing layer or tensor, a shape or dtype mismatch, or a
+// config.json this importer does not understand.
+CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options);
+
+}  // namespace moekit::io

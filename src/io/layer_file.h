@@ -1,0 +1,52 @@
+// The layer file of DESIGN §2: one MoE layer, its inputs and its config in one
+// safetensors file. Tensors are named as in the design's table; the config travels in
+// __metadata__ as strings spelled like the CLI (config.h's parse_* functions).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "moekit/config.h"
+#include "moekit/layer.h"
+#include "moekit/tensor.h"
+
+namespace moekit::io {
+
+// Metadata keys beyond the config's required ones:
+//   ep_size, ep_rank          absent = 1, 0
+//   scale_format              "f32" (default) | "ue8m0"
+//   w13_order                 "gate_up" (default) | "up_gate" (TensorRT-LLM's w3_w1): read_layer_file
+//                             swaps w13's halves (and w13_scale's for rowwise/block) so the result
+//                             is always gate_up
+//   weight_placement          "output" (default) | "input"
+//   swiglu_alpha, swiglu_limit   swiglu_oai's constants, absent = 1.702, 7.0
+struct LayerFile {
+  MoEConfig config;
+  Tensor hidden;                       // [T, H] bf16
+  Tensor router_logits;                // [T, E] f32 | bf16; absent for external routing
+  Tensor topk_ids, topk_weights;       // [T, k] i32, f32; present for external routing
+  Tensor w13, w2;                      // [E_local, W, H], [E_local, H, I]; bf16 | fp8 per quant
+  Tensor w13_scale, w2_scale;          // f32, DESIGN §4 layout; fp8-tensor [E_local]
+  Tensor e_score_correction_bias;      // [E] f32 | bf16
+  Tensor w13_input_scale, w2_input_scale;  // [1] f32, fp8-tensor static activation scales
+  std::map<std::string, Tensor> extra;     // every other tensor (expected_out, ...)
+
+  // Views of the weight tensors above; absent ones are absent views.
+  Weights weights() const;
+};
+
+// Reads and validates a layer file: required metadata keys present and parsable (the Error
+// names the key), tensor dtypes and shapes consistent with the config (the Error names the
+// tensor, expected vs given). Shapes are checked before any tensor data is read.
+LayerFile read_layer_file(const std::string& path);
+
+// Validates like read_layer_file, then writes the config as metadata and every present
+// tensor (extra included). w13 is written gate_up. Nothing is written on error.
+void write_layer_file(const std::string& path, const LayerFile& file);
+
+// The metadata strings for a config (defaults of the optional keys are left out).
+std::map<std::string, std::string> config_metadata(const MoEConfig& config);
+// The inverse; validates the result (moekit::validate). Unknown keys are ignored.
+MoEConfig parse_config_metadata(const std::map<std::string, std::string>& metadata);
+
+}  // namespace moekit::io
