@@ -1,12 +1,13 @@
 // The golden layer of DESIGN §2 (golden/layer_fp8_block_small.safetensors): E=8 k=2 H=384
 // I=256, softmax_topk_renorm, silu_and_mul, fp8-block, with the routing and output an
 // independent implementation computed. Fused routing must reproduce its ids exactly, its
-// weights to 1e-6 and its output to 5e-3 (DESIGN §8's gate).
+// weights to 1e-6 and its output to 5e-3 (DESIGN §8's gate). Read with io::read_layer_file.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "layer_util.h"
 
@@ -14,36 +15,26 @@ namespace moekit::test {
 namespace {
 
 TEST(CpuLayerGolden, Fp8BlockSmall) {
-  const io::SafetensorsReader r(data_path("golden/layer_fp8_block_small.safetensors"));
-  const auto& meta = r.metadata();
-  MoEConfig config;
-  config.num_experts = std::stoll(meta.at("num_experts"));
-  config.hidden_size = std::stoll(meta.at("hidden_size"));
-  config.intermediate_size = std::stoll(meta.at("intermediate_size"));
-  config.activation = parse_activation(meta.at("activation"));
-  config.quant.scheme = parse_quant_scheme(meta.at("quant"));
-  config.routing.method = parse_routing_method(meta.at("routing"));
-  config.routing.top_k = std::stoi(meta.at("top_k"));
-  config.routing.n_group = std::stoi(meta.at("n_group"));
-  config.routing.topk_group = std::stoi(meta.at("topk_group"));
-  config.routing.routed_scaling_factor = std::stof(meta.at("routed_scaling_factor"));
-  // The file is what the brief says it is.
+  const io::LayerFile file = io::read_layer_file(data_path("golden/layer_fp8_block_small.safetensors"));
+  const MoEConfig& config = file.config;
+  // The file is what DESIGN §2 says it is.
   ASSERT_EQ(config.to_string(), "E=8 k=2 H=384 I=256 activation=silu_and_mul quant=fp8-block "
                                 "routing=softmax_topk_renorm top_k=2");
-
-  const Tensor hidden = r.read("hidden"), logits = r.read("router_logits");
-  const Tensor w13 = r.read("w13"), w2 = r.read("w2"), w13_scale = r.read("w13_scale"), w2_scale = r.read("w2_scale");
-  const Tensor want_ids = r.read("expected_topk_ids"), want_weights = r.read("expected_topk_weights");
-  const Tensor want_out = r.read("expected_out");
+  const Tensor& hidden = file.hidden;
+  const Tensor& logits = file.router_logits;
+  const Tensor& want_ids = file.extra.at("expected_topk_ids");
+  const Tensor& want_weights = file.extra.at("expected_topk_weights");
+  const Tensor& want_out = file.extra.at("expected_out");
   const std::int64_t tokens = hidden.size(0);
   ASSERT_EQ(want_out.dtype(), DType::bf16);
-  ASSERT_EQ(w13.dtype(), DType::fp8_e4m3);
+  ASSERT_EQ(file.w13.dtype(), DType::fp8_e4m3);
 
-  Weights w;
-  w.w13 = w13.view();
-  w.w2 = w2.view();
-  w.w13_scale = w13_scale.view();
-  w.w2_scale = w2_scale.view();
+  // The same tensors as the plain safetensors reader sees them.
+  const io::SafetensorsReader r(data_path("golden/layer_fp8_block_small.safetensors"));
+  const Tensor raw_w13 = r.read("w13");
+  ASSERT_EQ(std::memcmp(raw_w13.view().data, file.w13.view().data, raw_w13.nbytes()), 0);
+
+  const Weights w = file.weights();
   Layer layer(config, w);
 
   const Routing got{Tensor(DType::i32, {tokens, 2}), Tensor(DType::f32, {tokens, 2})};

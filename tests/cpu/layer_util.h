@@ -177,12 +177,16 @@ inline Tensor run_pipeline_reference(const MoEConfig& config, const Weights& w, 
   return out;
 }
 
-// How many bf16 elements differ in their bits (NaN poison left behind counts as a difference).
+// How many elements differ in their bits (NaN poison left behind counts as a difference).
 inline std::int64_t bit_differences(const Tensor& a, const Tensor& b, std::int64_t* first = nullptr) {
+  EXPECT_EQ(a.dtype(), b.dtype());
   EXPECT_EQ(a.numel(), b.numel());
+  const std::size_t size = dtype_size(a.dtype());
+  const auto* pa = static_cast<const unsigned char*>(a.view().data);
+  const auto* pb = static_cast<const unsigned char*>(b.view().data);
   std::int64_t n = 0;
   for (std::int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    if (a.ptr<bf16>()[i].bits != b.ptr<bf16>()[i].bits && n++ == 0 && first) *first = i;
+    if (std::memcmp(pa + std::size_t(i) * size, pb + std::size_t(i) * size, size) != 0 && n++ == 0 && first) *first = i;
   return n;
 }
 
