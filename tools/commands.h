@@ -6,5 +6,6 @@ namespace moekit::cli {
 int cmd_run(int argc, char** argv);
 int cmd_presets(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace moekit::cli
