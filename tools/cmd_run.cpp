@@ -1,5 +1,6 @@
 // `moekit run`: one forward pass of a preset or a layer file, optionally checked against
 // the pipeline reference and measured against the ideal reference.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,8 @@ constexpr double kTolerance = 5e-3;  // DESIGN §8
 
 struct Comparison {
   double rel_err = 0.0;
+  double max_abs_err = 0.0;
+  double max_abs_ref = 0.0;
   bool has_nan = false;
 };
 
@@ -29,6 +32,8 @@ Comparison compare(const TensorView& out, const double* ref_values, const Tensor
     const double o = bf16_to_float(out.ptr<bf16>()[i]);
     const double r = ref_bf16 ? double(bf16_to_float(ref_bf16->ptr<bf16>()[i])) : ref_values[i];
     c.has_nan = c.has_nan || std::isnan(o);
+    c.max_abs_err = std::max(c.max_abs_err, std::fabs(o - r));
+    c.max_abs_ref = std::max(c.max_abs_ref, std::fabs(r));
     diff += (o - r) * (o - r);
     norm += r * r;
   }
@@ -71,6 +76,8 @@ bool check(const RunSetup& s, const Tensor& out, const Tensor& ids, const Tensor
   const Comparison vs_ideal = compare(out.view(), ideal.data(), nullptr);
   std::printf("  quantization error vs the ideal reference (f64, %s weights): rel_err=%.3e\n",
               s.synthetic ? "unquantized" : "dequantized", vs_ideal.rel_err);
+  std::printf("  vs the pipeline reference: max |out - ref| = %.3e (max |ref| = %.3e)\n", vs_pipeline.max_abs_err,
+              vs_pipeline.max_abs_ref);
   bool pass = !vs_pipeline.has_nan && vs_pipeline.rel_err <= kTolerance;
   if (s.expected_out.defined()) {
     const TensorView expected = s.expected_out.view();
