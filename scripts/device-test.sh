@@ -4,7 +4,7 @@
 # table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
-#   MOEKIT_STEPS="tests sanitize bench"    which steps to run (default: all three)
+#   MOEKIT_STEPS="tests sanitize bench ncu"  which steps to run (default: tests sanitize bench)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -59,6 +59,14 @@ if [[ " $steps " == *" bench "* ]]; then
   "$bin/bench/cuda_stages_bench" >"$out/bench.log" 2>&1
   if [ $? -eq 0 ]; then bench_status="ran"; else bench_status="FAIL"; fi
   grep -v "^|" "$out/bench.log" | tail -n 20
+fi
+
+if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
+  echo "== ncu (first launch of each stage kernel)"
+  ncu --clock-control none -k 'regex:route_registers|quantize_groups|activate_groups|finalize_tokens|gather_rows' -c 5 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+    "$bin/bench/cuda_stages_bench" >"$out/ncu.txt" 2>&1
+  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots|Stall" "$out/ncu.txt" | head -n 60
 fi
 
 echo

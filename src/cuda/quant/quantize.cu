@@ -45,12 +45,10 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
       kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
       break;
     }
-    case QuantScheme::fp8_block: {
-      const std::int64_t groups = p.tokens * ceil_div(p.hidden, kBlock);
-      quantize_groups<kOnInput><<<grid_size(groups, 2 * kThreads / 16, std::int64_t(multiprocessor_count()) * 64),
-                                  kThreads, 0, stream>>>(kp);
+    case QuantScheme::fp8_block:
+      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, std::int64_t(multiprocessor_count()) * 32), kThreads, 0,
+                                  stream>>>(kp);
       break;
-    }
   }
   MOEKIT_CUDA_CHECK_LAUNCH("quantize");
 }
