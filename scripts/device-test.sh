@@ -62,11 +62,15 @@ if [[ " $steps " == *" bench "* ]]; then
 fi
 
 if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
-  echo "== ncu (first launch of each stage kernel)"
-  ncu --clock-control none -k 'regex:route_registers|quantize_groups|activate_groups|finalize_tokens|gather_rows' -c 5 \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-    "$bin/bench/cuda_stages_bench" >"$out/ncu.txt" 2>&1
-  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots|Stall" "$out/ncu.txt" | head -n 60
+  # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
+  for kernel in ${MOEKIT_NCU_KERNELS:-route_registers quantize_groups activate_groups finalize_tokens}; do
+    echo "== ncu $kernel"
+    ncu --clock-control none -k "regex:$kernel" -c 1 --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+      "$bin/bench/cuda_stages_bench" >"$out/ncu_$kernel.txt" 2>&1
+    grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Active Warps|Registers Per|Warp Cycles Per Issued|Executed Ipc Active|Executed Instructions  " \
+      "$out/ncu_$kernel.txt" | head -n 12
+  done
 fi
 
 echo

@@ -114,36 +114,24 @@ __device__ __forceinline__ void load_logits(const T* p, float (&out)[W]) {
 
 // ---- group scores held by lane segments ---------------------------------------------------
 
-// The two best (key, expert) of a group with their choice values; (0, _) is "none".
-struct Top2 {
-  std::uint32_t k1, k2;
-  int e1, e2;
-  float c1, c2;
-};
+// (key, expert) as one integer that orders like ranks_above: higher key, then lower expert.
+__device__ __forceinline__ std::uint64_t ranked(std::uint32_t key, int expert) {
+  return (std::uint64_t(key) << 32) | ~std::uint32_t(expert);
+}
+__device__ __forceinline__ int ranked_expert(std::uint64_t r) { return int(~std::uint32_t(r)); }
 
-__device__ __forceinline__ bool ranks_above(std::uint32_t ka, int ea, std::uint32_t kb, int eb) {
-  return ka > kb || (ka == kb && ea < eb);
+__device__ __forceinline__ void offer(std::uint64_t& best, std::uint64_t& second, std::uint64_t x) {
+  second = max(second, min(best, x));
+  best = max(best, x);
 }
 
-__device__ __forceinline__ void offer(Top2& t, std::uint32_t k, int e, float c) {
-  if (ranks_above(k, e, t.k1, t.e1)) {
-    t.k2 = t.k1, t.e2 = t.e1, t.c2 = t.c1;
-    t.k1 = k, t.e1 = e, t.c1 = c;
-  } else if (ranks_above(k, e, t.k2, t.e2)) {
-    t.k2 = k, t.e2 = e, t.c2 = c;
-  }
-}
-
-// Merges the Top2 of `width` consecutive lanes (a power of two); every lane gets the result.
-__device__ __forceinline__ Top2 segment_top2(Top2 t, int width) {
+// Merges the two best of `width` consecutive lanes (a power of two); every lane gets them.
+__device__ __forceinline__ void segment_top2(std::uint64_t& best, std::uint64_t& second, int width) {
   for (int offset = width / 2; offset > 0; offset /= 2) {
-    const std::uint32_t k1 = __shfl_xor_sync(kFullMask, t.k1, offset), k2 = __shfl_xor_sync(kFullMask, t.k2, offset);
-    const int e1 = __shfl_xor_sync(kFullMask, t.e1, offset), e2 = __shfl_xor_sync(kFullMask, t.e2, offset);
-    const float c1 = __shfl_xor_sync(kFullMask, t.c1, offset), c2 = __shfl_xor_sync(kFullMask, t.c2, offset);
-    offer(t, k1, e1, c1);
-    offer(t, k2, e2, c2);
+    const std::uint64_t b = __shfl_xor_sync(kFullMask, best, offset), s = __shfl_xor_sync(kFullMask, second, offset);
+    offer(best, second, b);
+    offer(best, second, s);
   }
-  return t;
 }
 
 // ---- where a lane's scores live -------------------------------------------------------
@@ -171,7 +159,7 @@ struct RegisterScores {
   // that form an aligned power-of-two segment (DeepSeek-V3: 32 experts = 8 lanes x 4): group
   // top-2 by shuffles inside the segments, all groups at once, then the topk_group best groups
   // by warp argmax. Clears the keys outside the kept groups; false when the shape does not fit.
-  __device__ bool keep_best_groups_in_segments(const KernelParams& p, const float* bias) {
+  __device__ bool keep_best_groups_in_segments(const KernelParams& p, const float* source, const float* bias) {
     const int group_size = p.experts / p.n_group;
     const int seg = group_size / W;  // lanes per group
     if (group_size % W != 0 || seg < 1 || seg > 32 || (seg & (seg - 1)) != 0 || p.n_group > 32) return false;
@@ -179,15 +167,17 @@ struct RegisterScores {
     std::uint32_t group_key[V / W];
 #pragma unroll
     for (int c = 0; c < V / W; ++c) {
-      Top2 t{0u, 0u, 0x7fffffff, 0x7fffffff, 0.0f, 0.0f};
+      std::uint64_t best = 0, second = 0;  // 0: none (every real entry has a key >= 1)
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         const int e = expert(c * W + j);
-        if (e < p.experts) offer(t, rank_key(__fadd_rn(value[c * W + j], bias[e])), e, __fadd_rn(value[c * W + j], bias[e]));
+        if (e < p.experts) offer(best, second, ranked(rank_key(__fadd_rn(value[c * W + j], bias[e])), e));
       }
-      t = segment_top2(t, seg);
-      float sum = __fadd_rn(0.0f, t.c1);
-      if (group_size >= 2) sum = __fadd_rn(sum, t.c2);
+      segment_top2(best, second, seg);
+      // The choice values again, from the shared sigmoids: the same additions, the same bits.
+      const int e1 = ranked_expert(best), e2 = ranked_expert(second);
+      float sum = __fadd_rn(0.0f, __fadd_rn(source[e1], bias[e1]));
+      if (group_size >= 2) sum = __fadd_rn(sum, __fadd_rn(source[e2], bias[e2]));
       const int g = c * groups_per_chunk + lane / seg;
       group_key[c] = lane % seg == 0 && g < p.n_group ? rank_key(sum) : 0u;
     }
@@ -244,7 +234,7 @@ struct SharedScores {
   __device__ void remove(int winner) {
     if ((winner & 31) == lane) key[winner] = 0;
   }
-  __device__ bool keep_best_groups_in_segments(const KernelParams&, const float*) { return false; }
+  __device__ bool keep_best_groups_in_segments(const KernelParams&, const float*, const float*) { return false; }
 
   template <typename T>
   __device__ void load(const T* row, int experts) {
@@ -418,7 +408,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
   __syncwarp();
 
   if (method == RoutingMethod::sigmoid_bias_grouped) {
-    if (!sc.keep_best_groups_in_segments(p, bias)) {
+    if (!sc.keep_best_groups_in_segments(p, w.source, bias)) {
       keep_best_groups(p, w.source, bias, w, lane);
       const int group_size = p.experts / p.n_group;
 #pragma unroll
