@@ -44,41 +44,58 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
 }
 
 // fp8-block: a warp per row (grid-stride), half a warp per 1x128 group, kUnroll pairs of groups
-// in flight.
+// per step. The warp's steps (row, first group) form one sequence and the loads of step i + 1
+// are issued before step i is computed, so memory and arithmetic overlap within each warp.
 template <bool kOnInput>
 __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   constexpr int kUnroll = 4;
   const int groups = (p.hidden_size + 127) / 128;
+  const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
   const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
-  for (std::int64_t t = warp; t < p.tokens; t += warps) {
+  const std::int64_t rows = warp < p.tokens ? (p.tokens - 1 - warp) / warps + 1 : 0;
+  const std::int64_t steps = rows * steps_per_row;  // warp-uniform: the shuffles need all lanes
+
+  uint4 raw[kUnroll];
+  auto fetch = [&](std::int64_t step, uint4 (&into)[kUnroll]) {
+    const std::int64_t t = warp + (step / steps_per_row) * warps;
+    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int col = (g0 + 2 * u + half) * 128 + sub * 8;
+      into[u] = col < p.hidden_size ? __ldg(reinterpret_cast<const uint4*>(p.hidden + t * p.hidden_size + col))
+                                    : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if (steps > 0) fetch(0, raw);
+  for (std::int64_t step = 0; step < steps; ++step) {
+    uint4 next[kUnroll];
+    if (step + 1 < steps) fetch(step + 1, next);
+    const std::int64_t t = warp + (step / steps_per_row) * warps;
+    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
+    const float w = kOnInput ? __ldg(p.weights + t) : 1.0f;
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * p.hidden_size;
-    for (int g0 = 0; g0 < groups; g0 += 2 * kUnroll) {  // warp-uniform: the shuffles need all lanes
-      float x[kUnroll][8];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int col = (g0 + 2 * u + half) * 128 + sub * 8;
-        if (col < p.hidden_size) {
-          load8<kOnInput>(p, t, col, x[u]);
-        } else {
+    for (int u = 0; u < kUnroll; ++u) {
+      float x[8];
+      unpack_bf16x8(raw[u], x);
+      float m = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
-        }
+      for (int i = 0; i < 8; ++i) {
+        x[i] = prepared<kOnInput>(x[i], w);
+        m = amax_step(m, x[i]);
       }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float m = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
-        const float scale = fp8_scale(group_max<16>(m), p.ue8m0);
-        const int g = g0 + 2 * u + half;
-        const int col = g * 128 + sub * 8;
-        if (col >= p.hidden_size) continue;
-        *reinterpret_cast<uint2*>(q + col) = quantize8(x[u], scale);
+      const float scale = fp8_scale(group_max<16>(m), p.ue8m0);
+      const int g = g0 + 2 * u + half;
+      const int col = g * 128 + sub * 8;
+      if (col < p.hidden_size) {
+        *reinterpret_cast<uint2*>(q + col) = quantize8(x, scale);
         if (sub == 0) p.scales[t * groups + g] = scale;
       }
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) raw[u] = next[u];
   }
 }
 
