@@ -50,17 +50,17 @@ __device__ __forceinline__ float relu2(float x) {
   return __fmul_rn(r, r);
 }
 
-// 8 outputs from 8 gate and 8 up values (up unused for relu2).
-__device__ __forceinline__ void activate8(const ActParams& p, const uint4& gate_raw, const uint4& up_raw, float (&out)[8]) {
+// Outputs [col, col + 8) of a row.
+__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* row, int col, float (&out)[8]) {
   float gate[8];
-  unpack_bf16x8(gate_raw, gate);
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + col)), gate);
   if (p.act == Activation::relu2) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = relu2(gate[i]);
     return;
   }
   float up[8];
-  unpack_bf16x8(up_raw, up);
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + p.inter + col)), up);
   switch (p.act) {
     case Activation::gelu_and_mul:
 #pragma unroll
@@ -77,13 +77,6 @@ __device__ __forceinline__ void activate8(const ActParams& p, const uint4& gate_
   }
 }
 
-// Outputs [col, col + 8) of a row.
-__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* row, int col, float (&out)[8]) {
-  const uint4 gate = __ldg(reinterpret_cast<const uint4*>(row + col));
-  const uint4 up = p.act == Activation::relu2 ? make_uint4(0, 0, 0, 0) : __ldg(reinterpret_cast<const uint4*>(row + p.inter + col));
-  activate8(p, gate, up, out);
-}
-
 // Block-wide max of non-negative values; every thread gets it. `shared` holds 32 floats.
 __device__ __forceinline__ float block_max(float v, float* shared) {
   v = group_max<32>(v);
@@ -95,9 +88,8 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return group_max<32>(v);
 }
 
-// A warp per row (grid-stride), half a warp per 128-column group, kUnroll pairs of groups per
-// step. The warp's steps (row, first group) form one sequence; the loads of step i + 1 are
-// issued before step i is computed, so memory and arithmetic overlap within each warp.
+// A warp per row (grid-stride): the row is located once; its 128-column groups go two at a time
+// (a half warp each), kUnroll pairs in flight.
 template <Emit kEmit>
 __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
   constexpr int kUnroll = 2;
@@ -105,56 +97,34 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
   const int warp = int((std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   const int warps = int(std::int64_t(gridDim.x) * blockDim.x / 32);
-  const int steps_per_row = (p.groups + 2 * kUnroll - 1) / (2 * kUnroll);
-  const int rows = warp < p.max_rows ? (p.max_rows - 1 - warp) / warps + 1 : 0;
-  const int steps = rows * steps_per_row;  // warp-uniform: the shuffles need all lanes
-  const bool gated = p.act != Activation::relu2;
   float tensor_scale = 0.0f;
   if (kEmit == Emit::tensor_fp8) {
     tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = tensor_scale;
   }
-
-  // One step's inputs: the row's place and, for token rows, gate (and up) of kUnroll groups.
-  struct Stage {
-    RowInfo info;
-    uint4 gate[kUnroll], up[kUnroll];
-  };
-  auto fetch = [&](int step, Stage& st) {
-    const int row = warp + (step / steps_per_row) * warps;
-    const int g0 = (step % steps_per_row) * 2 * kUnroll;
-    st.info = locate_row(p.rows, row);
-    const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int col = (g0 + 2 * u + half) * 128 + sub * 8;
-      const bool load = st.info.kind == RowKind::token && col < p.inter;
-      st.gate[u] = load ? __ldg(reinterpret_cast<const uint4*>(in + col)) : make_uint4(0, 0, 0, 0);
-      st.up[u] = load && gated ? __ldg(reinterpret_cast<const uint4*>(in + p.inter + col)) : make_uint4(0, 0, 0, 0);
-    }
-  };
-
   float running_max = 0.0f;
-  Stage cur;
-  if (steps > 0) fetch(0, cur);
-  for (int step = 0; step < steps; ++step) {
-    Stage next;
-    if (step + 1 < steps) fetch(step + 1, next);
-    const int row = warp + (step / steps_per_row) * warps;
-    const int g0 = (step % steps_per_row) * 2 * kUnroll;
-    const RowKind kind = cur.info.kind;
-    if (kind != RowKind::unused) {  // warp-uniform
-      const bool token = kind == RowKind::token;
+  for (int row = warp; row < p.max_rows; row += warps) {
+    const RowInfo info = locate_row(p.rows, row);
+    if (info.kind == RowKind::unused) continue;  // warp-uniform
+    const bool token = info.kind == RowKind::token;
+    const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
+    for (int g0 = 0; g0 < p.groups; g0 += 2 * kUnroll) {  // warp-uniform: the shuffles need all lanes
+      float x[kUnroll][8];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        float x[8];
-        if (token) activate8(p, cur.gate[u], cur.up[u], x);
-        else
+        const int col = (g0 + 2 * u + half) * 128 + sub * 8;
+        if (token && col < p.inter) {
+          activate8(p, in, col, x[u]);
+        } else {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+          for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
         float m = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) m = amax_step(m, x[i]);
+        for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
         if (kEmit == Emit::amax) {
           running_max = fmaxf(running_max, m);
           continue;
@@ -166,15 +136,14 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
         if (col >= p.inter) continue;
         const std::int64_t at = std::int64_t(row) * p.inter + col;
         if (kEmit == Emit::bf16) {
-          *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x) : make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
           continue;
         }
-        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x, scale) : make_uint2(0, 0);
+        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], scale) : make_uint2(0, 0);
         if (kEmit == Emit::group_fp8 && sub == 0)
-          p.scales[scale_index(p.layout, cur.info, row, g, p.groups)] = token ? scale : 0.0f;
+          p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
       }
     }
-    cur = next;
   }
   if (kEmit == Emit::amax) {
     running_max = block_max(running_max, reduce);

@@ -1,6 +1,7 @@
 // Quantization: the typed launchers and the op entry.
 #include "cuda/quant/quantize.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "cuda/common/check.h"
@@ -45,10 +46,16 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
       kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
       break;
     }
-    case QuantScheme::fp8_block:
-      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, std::int64_t(multiprocessor_count()) * 32), kThreads, 0,
-                                  stream>>>(kp);
+    case QuantScheme::fp8_block: {
+      // One wave of resident blocks, each warp walking several rows: the pipelined loads then
+      // run ahead across rows too.
+      static int resident = 0;
+      if (resident == 0)
+        MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput>, kThreads, 0));
+      const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
+      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
       break;
+    }
   }
   MOEKIT_CUDA_CHECK_LAUNCH("quantize");
 }
