@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA code on a GPU machine: build (unless prebuilt binaries run there), the CUDA tests,
-# compute-sanitizer memcheck and racecheck on reduced cases, the stage benchmark; a short
-# grouped GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
+# compute-sanitizer memcheck and racecheck on reduced cases, the stage benchmark, the grouped
+# GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
-#   MOEKIT_STEPS="tests sanitize bench"    which steps to run (default: all three)
+#   MOEKIT_STEPS="tests sanitize bench gemm layer ncu"  which steps (default: all but ncu)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -79,6 +79,17 @@ if [[ " $steps " == *" layer "* ]]; then
            tee -a "$out/layer.log" | grep -E "^check:|forward|error" | tr '\n' ' ')
     echo "$preset $quant T=$tokens: $line"
     [[ "$line" == *"check: PASS"* ]] || layer_status="FAIL"
+  done
+fi
+if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
+  # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
+  for kernel in ${MOEKIT_NCU_KERNELS:-route_registers quantize_groups activate_groups finalize_tokens}; do
+    echo "== ncu $kernel"
+    ncu --clock-control none -k "regex:$kernel" -c 1 --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+      "$bin/bench/cuda_stages_bench" >"$out/ncu_$kernel.txt" 2>&1
+    grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Active Warps|Registers Per|Warp Cycles Per Issued|Executed Ipc Active|Executed Instructions  " \
+      "$out/ncu_$kernel.txt" | head -n 12
   done
 fi
 

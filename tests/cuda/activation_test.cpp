@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -178,18 +179,25 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
               }
             }
             if (i >= 0 && !exact) {
+              // bf16 keeps tiny values: near a zero of the activation an ulp of f32 is a large
+              // relative change, so there the bound is absolute, 2^-16 of the row's largest value.
+              float row_amax = 0.0f;
+              for (std::int64_t c = 0; c < inter; ++c) row_amax = std::max(row_amax, std::fabs(act_rows[std::size_t(i * inter + c)]));
               for (std::int64_t c = 0; c < inter; ++c) {
                 std::int64_t diff;
-                if (fp8) diff = fp8_order(g[c]) - fp8_order(cpu_q[std::size_t(i * inter + c)]);
-                else {
+                bool close = false;
+                if (fp8) {
+                  diff = fp8_order(g[c]) - fp8_order(cpu_q[std::size_t(i * inter + c)]);
+                } else {
                   std::uint16_t a, b;
                   std::memcpy(&a, g + 2 * c, 2);
                   std::memcpy(&b, cpu_q.data() + 2 * (i * inter + c), 2);
                   diff = bf16_order(a) - bf16_order(b);
+                  close = std::fabs(bf16_to_float(bf16{a}) - bf16_to_float(bf16{b})) <= row_amax * 0x1p-16f;
                 }
                 ++compared;
                 differing += diff != 0;
-                ASSERT_LE(std::abs(diff), 1) << "row " << r << " column " << c;
+                ASSERT_TRUE(std::abs(diff) <= 1 || close) << "row " << r << " column " << c << ": " << diff << " steps";
               }
             }
             if (out.scheme == QuantScheme::fp8_rowwise || out.scheme == QuantScheme::fp8_block) {

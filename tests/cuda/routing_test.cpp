@@ -1,7 +1,9 @@
 // CUDA routing against the CPU reference (cpu/routing.cpp): every method x logits dtype x bias
 // dtype, on fresh random logits, with NaN logits, E up to 512 (registers) and beyond (shared).
-// Ids must be identical; weights within 2 ulp (the GPU's exp is correctly rounded, the host's
-// expf is off by an ulp for about 1 argument in 13,000).
+// Ids must be identical; weights within 4 ulp: the GPU's exp is correctly rounded, the host's
+// expf (glibc) is off by an ulp for about 1 argument in 13,000, and such an ulp in one score
+// can move a renormalizing sum by an ulp, hence each weight by up to 3, then the scaling factor
+// rounds once more. Most weights are bit-identical; the test prints how many.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,7 +123,7 @@ void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType 
       ++counts.weights;
       counts.exact += ulp == 0;
       counts.max_ulp = std::max(counts.max_ulp, ulp);
-      ASSERT_LE(ulp, 2) << "token " << t << " slot " << j << ": gpu " << got << " cpu " << want;
+      ASSERT_LE(ulp, 4) << "token " << t << " slot " << j << ": gpu " << got << " cpu " << want;
     }
   }
 }

@@ -15,13 +15,10 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxRowwiseWidth = 48 * 1024;  // the row stays in shared memory as f32
 
 template <Emit kEmit>
-void launch_groups(const Problem& p, const ActParams& kp, cudaStream_t stream) {
-  const std::int64_t items = std::int64_t(kp.max_rows) * kp.groups;
-  const unsigned blocks = grid_size(items, 2 * kThreads / 16, std::int64_t(multiprocessor_count()) * 64);
-  if (kEmit == Emit::group_fp8 && p.scale_layout == ScaleLayout::mn_major_per_expert)
-    activate_groups<kEmit, true><<<blocks, kThreads, 0, stream>>>(kp);
-  else
-    activate_groups<kEmit, false><<<blocks, kThreads, 0, stream>>>(kp);
+void launch_groups(const ActParams& kp, cudaStream_t stream) {
+  // A warp per row, 8 warps per block, a few waves of resident blocks at most.
+  const unsigned blocks = grid_size(kp.max_rows, kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
+  activate_groups<kEmit><<<blocks, kThreads, 0, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("activate_groups");
 }
 
@@ -87,14 +84,14 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   kp.scales = args.scales;
   const cudaStream_t s = as_cuda(stream);
   switch (p.quant.scheme) {
-    case QuantScheme::bf16: launch_groups<Emit::bf16>(p, kp, s); break;
-    case QuantScheme::fp8_block: launch_groups<Emit::group_fp8>(p, kp, s); break;
+    case QuantScheme::bf16: launch_groups<Emit::bf16>(kp, s); break;
+    case QuantScheme::fp8_block: launch_groups<Emit::group_fp8>(kp, s); break;
     case QuantScheme::fp8_tensor:
       if (!given) {
         MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.amax, 0, sizeof(float), s));
-        launch_groups<Emit::amax>(p, kp, s);
+        launch_groups<Emit::amax>(kp, s);
       }
-      launch_groups<Emit::tensor_fp8>(p, kp, s);
+      launch_groups<Emit::tensor_fp8>(kp, s);
       break;
     case QuantScheme::fp8_rowwise: {
       const std::size_t shared = std::size_t(p.intermediate) * sizeof(float);

@@ -1,10 +1,8 @@
 // Activation + requantization kernels.
-//   groups  half a warp per (row, 128-column group), 8 outputs per lane: load gate and up
+//   groups  a warp per row, half a warp per 128-column group, 8 outputs per lane: load gate and up
 //           (16 bytes each), activate in f32, then per the output: fp8 with the group's own
 //           scale, fp8 with the tensor scale, bf16, or only the amax (fp8-tensor dynamic pass 1)
 //   rows    fp8-rowwise: a block per row, the activated row kept in shared memory
-// Work items run rows-fastest for MN-major scales (one K block of consecutive rows per block,
-// so the scale writes are contiguous), K-fastest otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,65 +88,61 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return group_max<32>(v);
 }
 
-template <Emit kEmit, bool kRowsFastest>
+// A warp per row (grid-stride): the row is located once; its 128-column groups go two at a time
+// (a half warp each), kUnroll pairs in flight.
+template <Emit kEmit>
 __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
   constexpr int kUnroll = 2;
   __shared__ float reduce[32];
-  const std::int64_t total = std::int64_t(p.max_rows) * p.groups;
-  const int sub = threadIdx.x & 15;
-  const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
+  const int warp = int((std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  const int warps = int(std::int64_t(gridDim.x) * blockDim.x / 32);
   float tensor_scale = 0.0f;
   if (kEmit == Emit::tensor_fp8) {
     tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = tensor_scale;
   }
   float running_max = 0.0f;
-  // Warp-uniform loop: the 16-lane shuffles need all 32 lanes.
-  for (std::int64_t first = warp * 2 * kUnroll; first < total; first += warps * 2 * kUnroll) {
-    const std::int64_t base = first + ((threadIdx.x >> 4) & 1) * kUnroll;
-    float x[kUnroll][8];
-    RowInfo info[kUnroll];
-    int rows[kUnroll], gs[kUnroll];
+  for (int row = warp; row < p.max_rows; row += warps) {
+    const RowInfo info = locate_row(p.rows, row);
+    if (info.kind == RowKind::unused) continue;  // warp-uniform
+    const bool token = info.kind == RowKind::token;
+    const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
+    for (int g0 = 0; g0 < p.groups; g0 += 2 * kUnroll) {  // warp-uniform: the shuffles need all lanes
+      float x[kUnroll][8];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t flat = base + u;
-      rows[u] = int(kRowsFastest ? flat % p.max_rows : flat / p.groups);
-      gs[u] = int(kRowsFastest ? flat / p.max_rows : flat % p.groups);
-      info[u] = RowInfo{RowKind::unused, 0, 0, 0, 0};
-      if (flat < total) info[u] = locate_row(p.rows, rows[u]);
-      const int col = gs[u] * 128 + sub * 8;
-      if (info[u].kind == RowKind::token && col < p.inter) {
-        activate8(p, p.in + std::int64_t(rows[u]) * p.in_width, col, x[u]);
-      } else {
+      for (int u = 0; u < kUnroll; ++u) {
+        const int col = (g0 + 2 * u + half) * 128 + sub * 8;
+        if (token && col < p.inter) {
+          activate8(p, in, col, x[u]);
+        } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
+          for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
+        }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float m = 0.0f;
+      for (int u = 0; u < kUnroll; ++u) {
+        float m = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
-      if (kEmit == Emit::amax) {
-        running_max = fmaxf(running_max, m);
-        continue;
+        for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
+        if (kEmit == Emit::amax) {
+          running_max = fmaxf(running_max, m);
+          continue;
+        }
+        float scale = tensor_scale;
+        if (kEmit == Emit::group_fp8) scale = fp8_scale(group_max<16>(m), p.ue8m0);
+        const int g = g0 + 2 * u + half;
+        const int col = g * 128 + sub * 8;
+        if (col >= p.inter) continue;
+        const std::int64_t at = std::int64_t(row) * p.inter + col;
+        if (kEmit == Emit::bf16) {
+          *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
+          continue;
+        }
+        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], scale) : make_uint2(0, 0);
+        if (kEmit == Emit::group_fp8 && sub == 0)
+          p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
       }
-      float scale = tensor_scale;
-      if (kEmit == Emit::group_fp8) scale = fp8_scale(group_max<16>(m), p.ue8m0);
-      const RowKind kind = info[u].kind;
-      const int col = gs[u] * 128 + sub * 8;
-      if (kind == RowKind::unused || col >= p.inter) continue;
-      const std::int64_t at = std::int64_t(rows[u]) * p.inter + col;
-      if (kEmit == Emit::bf16) {
-        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) =
-            kind == RowKind::token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
-        continue;
-      }
-      *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) =
-          kind == RowKind::token ? quantize8(x[u], scale) : make_uint2(0, 0);
-      if (kEmit == Emit::group_fp8 && sub == 0)
-        p.scales[scale_index(p.layout, info[u], rows[u], gs[u], p.groups)] = kind == RowKind::token ? scale : 0.0f;
     }
   }
   if (kEmit == Emit::amax) {

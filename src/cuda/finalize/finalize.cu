@@ -12,17 +12,18 @@
 namespace moekit::cuda::finalize {
 namespace {
 
-constexpr int kPerThread = 4;
+constexpr int kPerThread = 2;
+constexpr int kBatch = 4;
 constexpr std::int64_t kMaxTopK = 4096;
 
 template <int kVec>
 void launch(const Problem& p, const FinParams& kp, cudaStream_t stream) {
   const std::int64_t vectors = p.hidden / kVec;
-  // Threads so that each owns kPerThread vectors of a row (whole warps, at most 1024).
-  const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(vectors, kPerThread), 32) * 32, 32, 1024));
+  // Threads so that each owns kPerThread vectors of a row (whole warps, at most 512).
+  const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(vectors, kPerThread), 32) * 32, 32, 512));
   const std::size_t shared = std::size_t(p.top_k) * 8;
   const unsigned blocks = grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 64);
-  finalize_tokens<kVec, kPerThread><<<blocks, threads, shared, stream>>>(kp);
+  finalize_tokens<kVec, kPerThread, kBatch><<<blocks, threads, shared, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("finalize_tokens");
 }
 

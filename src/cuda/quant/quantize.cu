@@ -1,6 +1,7 @@
 // Quantization: the typed launchers and the op entry.
 #include "cuda/quant/quantize.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "cuda/common/check.h"
@@ -46,9 +47,13 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
       break;
     }
     case QuantScheme::fp8_block: {
-      const std::int64_t groups = p.tokens * ceil_div(p.hidden, kBlock);
-      quantize_groups<kOnInput><<<grid_size(groups, 2 * kThreads / 16, std::int64_t(multiprocessor_count()) * 64),
-                                  kThreads, 0, stream>>>(kp);
+      // One wave of resident blocks, each warp walking several rows: the pipelined loads then
+      // run ahead across rows too.
+      static int resident = 0;
+      if (resident == 0)
+        MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput>, kThreads, 0));
+      const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
+      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
       break;
     }
   }

@@ -1,6 +1,6 @@
 // Quantization kernels: the scale of a group is max(amax, 1e-10)/448, each value becomes
 // fp8(x / scale) with IEEE division, so the codes and scales equal the CPU's bit for bit.
-//   groups   fp8-block: half a warp per 1x128 group, 8 values per lane (16-byte loads)
+//   groups   fp8-block: a warp per row, half a warp per 1x128 group, 8 values per lane (16-byte loads)
 //   rows     fp8-rowwise: a block per row, the row kept in shared memory between passes
 //   tensor   fp8-tensor: amax of everything (order-free integer atomicMax), then quantize
 //   weighted bf16 with the weight on the input
@@ -43,45 +43,59 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
   }
 }
 
-// fp8-block: flat group index over [T, G]; each half warp handles kUnroll groups.
+// fp8-block: a warp per row (grid-stride), half a warp per 1x128 group, kUnroll pairs of groups
+// per step. The warp's steps (row, first group) form one sequence and the loads of step i + 1
+// are issued before step i is computed, so memory and arithmetic overlap within each warp.
 template <bool kOnInput>
 __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
-  constexpr int kUnroll = 2;
+  constexpr int kUnroll = 4;
   const int groups = (p.hidden_size + 127) / 128;
-  const std::int64_t total = p.tokens * groups;
-  const int sub = threadIdx.x & 15;
+  const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
+  const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
   const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
-  // The loop bound is warp-uniform: the 16-lane shuffles below need all 32 lanes.
-  for (std::int64_t first = warp * 2 * kUnroll; first < total; first += warps * 2 * kUnroll) {
-    const std::int64_t base = first + ((threadIdx.x >> 4) & 1) * kUnroll;
-    float x[kUnroll][8];
-    bool valid[kUnroll];
+  const std::int64_t rows = warp < p.tokens ? (p.tokens - 1 - warp) / warps + 1 : 0;
+  const std::int64_t steps = rows * steps_per_row;  // warp-uniform: the shuffles need all lanes
+
+  uint4 raw[kUnroll];
+  auto fetch = [&](std::int64_t step, uint4 (&into)[kUnroll]) {
+    const std::int64_t t = warp + (step / steps_per_row) * warps;
+    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t flat = base + u;
-      const std::int64_t t = flat / groups;
-      const int col = int(flat - t * groups) * 128 + sub * 8;
-      valid[u] = flat < total && col < p.hidden_size;
-      if (valid[u]) load8<kOnInput>(p, t, col, x[u]);
-      else
-#pragma unroll
-        for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
+      const int col = (g0 + 2 * u + half) * 128 + sub * 8;
+      into[u] = col < p.hidden_size ? __ldg(reinterpret_cast<const uint4*>(p.hidden + t * p.hidden_size + col))
+                                    : make_uint4(0, 0, 0, 0);
     }
+  };
+  if (steps > 0) fetch(0, raw);
+  for (std::int64_t step = 0; step < steps; ++step) {
+    uint4 next[kUnroll];
+    if (step + 1 < steps) fetch(step + 1, next);
+    const std::int64_t t = warp + (step / steps_per_row) * warps;
+    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
+    const float w = kOnInput ? __ldg(p.weights + t) : 1.0f;
+    std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * p.hidden_size;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      float x[8];
+      unpack_bf16x8(raw[u], x);
       float m = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
+      for (int i = 0; i < 8; ++i) {
+        x[i] = prepared<kOnInput>(x[i], w);
+        m = amax_step(m, x[i]);
+      }
       const float scale = fp8_scale(group_max<16>(m), p.ue8m0);
-      const std::int64_t flat = base + u;
-      if (!valid[u]) continue;
-      const std::int64_t t = flat / groups;
-      const int g = int(flat - t * groups);
-      *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + t * p.hidden_size + g * 128 + sub * 8) =
-          quantize8(x[u], scale);
-      if (sub == 0) p.scales[flat] = scale;
+      const int g = g0 + 2 * u + half;
+      const int col = g * 128 + sub * 8;
+      if (col < p.hidden_size) {
+        *reinterpret_cast<uint2*>(q + col) = quantize8(x, scale);
+        if (sub == 0) p.scales[t * groups + g] = scale;
+      }
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) raw[u] = next[u];
   }
 }
 

@@ -45,9 +45,30 @@ __device__ __forceinline__ std::uint32_t rank_key(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// exp rounded from double: correctly rounded but for vanishingly rare arguments, so it agrees
-// with a correctly rounded host expf.
-__device__ __forceinline__ float exp_ref(float x) { return __double2float_rn(exp(double(x))); }
+// e^x rounded once from a double evaluation good to about 2^-46: correctly rounded but for
+// vanishingly rare arguments, so it agrees with a (nearly) correctly rounded host expf.
+// x = n ln2 + r, |r| <= ln2/2; e^r by its Taylor series to degree 11 (remainder < 2^-47).
+__device__ __forceinline__ float exp_ref(float x) {
+  if (!(x > -110.0f)) return isnan(x) ? x : 0.0f;      // below half the smallest subnormal
+  if (x > 100.0f) return __int_as_float(0x7f800000);  // above FLT_MAX (and +inf)
+  const double xd = x;
+  const double n = rint(xd * 1.4426950408889634);
+  const double r = fma(-n, 0.6931471805599453, xd);
+  double p = 2.505210838544172e-08;                    // 1/11!
+  p = fma(p, r, 2.755731922398589e-07);                // 1/10!
+  p = fma(p, r, 2.7557319223985893e-06);               // 1/9!
+  p = fma(p, r, 2.48015873015873e-05);                 // 1/8!
+  p = fma(p, r, 1.984126984126984e-04);                // 1/7!
+  p = fma(p, r, 1.388888888888889e-03);                // 1/6!
+  p = fma(p, r, 8.333333333333333e-03);                // 1/5!
+  p = fma(p, r, 4.1666666666666664e-02);               // 1/4!
+  p = fma(p, r, 1.6666666666666666e-01);               // 1/3!
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  const double scale = __hiloint2double((int(n) + 1023) << 20, 0);  // 2^n, n in [-159, 145]
+  return __double2float_rn(p * scale);
+}
 
 __device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_ref(-x))); }
 
@@ -91,6 +112,28 @@ __device__ __forceinline__ void load_logits(const T* p, float (&out)[W]) {
   }
 }
 
+// ---- group scores held by lane segments ---------------------------------------------------
+
+// (key, expert) as one integer that orders like ranks_above: higher key, then lower expert.
+__device__ __forceinline__ std::uint64_t ranked(std::uint32_t key, int expert) {
+  return (std::uint64_t(key) << 32) | ~std::uint32_t(expert);
+}
+__device__ __forceinline__ int ranked_expert(std::uint64_t r) { return int(~std::uint32_t(r)); }
+
+__device__ __forceinline__ void offer(std::uint64_t& best, std::uint64_t& second, std::uint64_t x) {
+  second = max(second, min(best, x));
+  best = max(best, x);
+}
+
+// Merges the two best of `width` consecutive lanes (a power of two); every lane gets them.
+__device__ __forceinline__ void segment_top2(std::uint64_t& best, std::uint64_t& second, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    const std::uint64_t b = __shfl_xor_sync(kFullMask, best, offset), s = __shfl_xor_sync(kFullMask, second, offset);
+    offer(best, second, b);
+    offer(best, second, s);
+  }
+}
+
 // ---- where a lane's scores live -------------------------------------------------------
 
 // V scores per lane in registers; element i of lane l is expert (i/W)*32W + l*W + i%W, so
@@ -110,6 +153,53 @@ struct RegisterScores {
 #pragma unroll
     for (int i = 0; i < V; ++i)
       if (expert(i) == winner) key[i] = 0;
+  }
+
+  // sigmoid_bias_grouped's group limit when every group is a run of whole vectors over lanes
+  // that form an aligned power-of-two segment (DeepSeek-V3: 32 experts = 8 lanes x 4): group
+  // top-2 by shuffles inside the segments, all groups at once, then the topk_group best groups
+  // by warp argmax. Clears the keys outside the kept groups; false when the shape does not fit.
+  __device__ bool keep_best_groups_in_segments(const KernelParams& p, const float* source, const float* bias) {
+    const int group_size = p.experts / p.n_group;
+    const int seg = group_size / W;  // lanes per group
+    if (group_size % W != 0 || seg < 1 || seg > 32 || (seg & (seg - 1)) != 0 || p.n_group > 32) return false;
+    const int groups_per_chunk = 32 / seg;
+    std::uint32_t group_key[V / W];
+#pragma unroll
+    for (int c = 0; c < V / W; ++c) {
+      std::uint64_t best = 0, second = 0;  // 0: none (every real entry has a key >= 1)
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const int e = expert(c * W + j);
+        if (e < p.experts) offer(best, second, ranked(rank_key(__fadd_rn(value[c * W + j], bias[e])), e));
+      }
+      segment_top2(best, second, seg);
+      // The choice values again, from the shared sigmoids: the same additions, the same bits.
+      const int e1 = ranked_expert(best), e2 = ranked_expert(second);
+      float sum = __fadd_rn(0.0f, __fadd_rn(source[e1], bias[e1]));
+      if (group_size >= 2) sum = __fadd_rn(sum, __fadd_rn(source[e2], bias[e2]));
+      const int g = c * groups_per_chunk + lane / seg;
+      group_key[c] = lane % seg == 0 && g < p.n_group ? rank_key(sum) : 0u;
+    }
+    std::uint32_t kept = 0;
+    for (int r = 0; r < p.topk_group; ++r) {
+      std::uint32_t bk = 0;
+      int bg = 0;
+#pragma unroll
+      for (int c = 0; c < V / W; ++c)
+        if (group_key[c] > bk) bk = group_key[c], bg = c * groups_per_chunk + lane / seg;
+      const int win = warp_argmax(bk, bg);
+      kept |= 1u << win;
+#pragma unroll
+      for (int c = 0; c < V / W; ++c)
+        if (c * groups_per_chunk + lane / seg == win) group_key[c] = 0;
+    }
+#pragma unroll
+    for (int c = 0; c < V / W; ++c)
+      if (!((kept >> (c * groups_per_chunk + lane / seg)) & 1u))
+#pragma unroll
+        for (int j = 0; j < W; ++j) key[c * W + j] = 0;
+    return true;
   }
 
   template <typename T>
@@ -144,6 +234,7 @@ struct SharedScores {
   __device__ void remove(int winner) {
     if ((winner & 31) == lane) key[winner] = 0;
   }
+  __device__ bool keep_best_groups_in_segments(const KernelParams&, const float*, const float*) { return false; }
 
   template <typename T>
   __device__ void load(const T* row, int experts) {
@@ -317,12 +408,14 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
   __syncwarp();
 
   if (method == RoutingMethod::sigmoid_bias_grouped) {
-    keep_best_groups(p, w.source, bias, w, lane);
-    const int group_size = p.experts / p.n_group;
+    if (!sc.keep_best_groups_in_segments(p, w.source, bias)) {
+      keep_best_groups(p, w.source, bias, w, lane);
+      const int group_size = p.experts / p.n_group;
 #pragma unroll
-    for (int i = 0; i < sc.count(); ++i) {
-      const int e = sc.expert(i);
-      if (e < p.experts && !w.kept[e / group_size]) sc.k(i) = 0;
+      for (int i = 0; i < sc.count(); ++i) {
+        const int e = sc.expert(i);
+        if (e < p.experts && !w.kept[e / group_size]) sc.k(i) = 0;
+      }
     }
   }
 
@@ -334,10 +427,10 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
     for (int i = 0; i < sc.count(); ++i)
       if (sc.k(i) > bk) bk = sc.k(i), be = sc.expert(i);
     const int win = warp_argmax(bk, be);
-    sc.remove(win);
+    sc.remove(win);  // the owner lane alone reads that key again
     if (lane == 0) w.selected[j] = win;
-    __syncwarp();
   }
+  __syncwarp();
 
   // Weights, in slot order.
   for (int j = lane; j < p.top_k; j += 32) {
@@ -410,7 +503,7 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   float* shared = reinterpret_cast<float*>(shared4);
   const float* bias = stage_bias(p, shared);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, 32 * V, false);
+  const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
   for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) route_token<RegisterScores<V, W>, T>(sc, p, bias, w, t);
