@@ -144,7 +144,7 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
     const Tensor got_ids = to_host(ids);
     EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
     const Tensor fused = to_host(out);
-    const Tensor external = gpu_external(layer, in.hidden, {got_ids, to_host(weights)});
+    const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
     EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
     const Tensor ref = run_pipeline_reference(config, lw.weights(), in.hidden, in.routing);
     EXPECT_LE(relative_error(fused, ref), tolerance(c.scheme));
