@@ -16,6 +16,10 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "export PATH=/usr/local/cuda/bin:\$PATH"
+# CUTLASS 4.2's headers, for the CUDA build only (skipped when MOEKIT_CUTLASS_DIR is set).
+if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } && [ -z "${MOEKIT_CUTLASS_DIR:-}" ]; then
+  if ! python3 -c "import cutlass_library" >/dev/null 2>&1; then
+    echo "bootstrap: installing nvidia-cutlass==4.2.0.0 (headers)"
+    python3 -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
+  fi
 fi

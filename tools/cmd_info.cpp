@@ -7,6 +7,8 @@
 
 #ifdef MOEKIT_HAVE_CUDA
 #include "cuda/common/device.h"
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/layer/device_weights.h"
 #endif
 
 namespace moekit::cli {
@@ -35,6 +37,19 @@ int cmd_explain(int argc, char** argv) {
   std::printf("gpu: not looked for (built without CUDA)\n");
 #endif
   std::printf("problem: %s\n%s", config.to_string().c_str(), selection.to_string().c_str());
+#ifdef MOEKIT_HAVE_CUDA
+  // The grouped GEMM tiles the cuda backend would pick at --tokens (default 64), with the rule.
+  const std::int64_t tokens = args.get_int("tokens", 64, 0, std::int64_t(1) << 24);
+  const double per_group = double(tokens * config.top_k()) / double(config.num_experts);
+  const cuda::GemmKind kind = cuda::gemm_kind(config.quant.scheme);
+  const cuda::GroupedGemmDesc gemm1{kind, config.local_experts(), config.gemm1_width(), config.hidden_size, 0};
+  const cuda::GroupedGemmDesc gemm2{kind, config.local_experts(), config.hidden_size, config.intermediate_size, 0};
+  for (const auto& [name, desc] : {std::pair{"GEMM1", gemm1}, std::pair{"GEMM2", gemm2}}) {
+    const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, per_group);
+    std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
+                choice.config.to_string().c_str(), choice.reason.c_str());
+  }
+#endif
   return selection.chosen.empty() ? 1 : 0;
 }
 

@@ -9,5 +9,6 @@ class Args;
 int cmd_run_ep(const Args& args);
 int cmd_presets(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace moekit::cli

@@ -14,6 +14,7 @@ const char* kUsage =
     "  run       one forward pass of a preset or a layer file (--help for flags)\n"
     "  presets   the model presets\n"
     "  explain   the backend decisions, with reasons\n"
+    "  bench     time per case against the roofline (DESIGN §9)\n"
     "  version   the version\n";
 
 }  // namespace
@@ -21,7 +22,7 @@ const char* kUsage =
 int main(int argc, char** argv) {
   using namespace moekit::cli;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: moekit <run|presets|explain|version> [flags] (moekit --help)\n");
+    std::fprintf(stderr, "usage: moekit <run|presets|explain|bench|version> [flags] (moekit --help)\n");
     return 2;
   }
   if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
@@ -33,11 +34,12 @@ int main(int argc, char** argv) {
     if (command == "run") return cmd_run(argc, argv);
     if (command == "presets") return cmd_presets(argc, argv);
     if (command == "explain") return cmd_explain(argc, argv);
+    if (command == "bench") return cmd_bench(argc, argv);
     if (command == "version") {
       std::printf("moekit %s\n", std::string(moekit::version()).c_str());
       return 0;
     }
-    throw UsageError("unknown command '" + command + "' (run|presets|explain|version)");
+    throw UsageError("unknown command '" + command + "' (run|presets|explain|bench|version)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "moekit %s: %s\n", command.c_str(), e.what());
     return 2;

@@ -4,6 +4,7 @@
 #include "moekit/backend.h"
 #include "moekit/comm.h"
 #include "moekit/config.h"
+#include "moekit/device.h"
 #include "moekit/error.h"
 #include "moekit/layer.h"
 #include "moekit/quant.h"

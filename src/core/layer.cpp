@@ -43,7 +43,7 @@ struct Layer::Impl {
     }
     b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
     if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
-    b.expert_out = c.tensor(DType::bf16, {t * k, h}, d);
+    b.expert_out = c.tensor(DType::bf16, {stages.experts->max_rows(p), h}, d);
     b.slot_rows = c.tensor(DType::i32, {t, k}, d);
     auto workspace = [&](const core::Stage& s) {
       const std::size_t n = s.workspace_size(p);

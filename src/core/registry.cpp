@@ -8,7 +8,11 @@ namespace moekit {
 namespace core {
 
 const std::vector<const BackendImpl*>& registered_backends() {
+#ifdef MOEKIT_HAVE_CUDA
+  static const std::vector<const BackendImpl*> list{&cuda_backend(), &cpu_backend()};
+#else
   static const std::vector<const BackendImpl*> list{&cpu_backend()};
+#endif
   return list;
 }
 

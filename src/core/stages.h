@@ -88,7 +88,7 @@ struct ExpertsArgs {
   QuantizedRows in;         // [T, H]
   TensorView topk_ids;      // [T, k] i32
   TensorView topk_weights;  // [T, k] f32
-  TensorView expert_out;    // [T * k, H] bf16, permuted order
+  TensorView expert_out;    // [max_rows, H] bf16, permuted order
   TensorView slot_rows;     // [T, k] i32: row of expert_out for each slot, -1 = none
 };
 
@@ -96,12 +96,14 @@ class ExpertsStage : public Stage {
  public:
   // Whether expert_out rows already carry topk_weights (else Finalize applies them).
   virtual bool applies_weights() const = 0;
+  // Rows of expert_out (and the range of slot_rows): T * k, plus any padding of the format.
+  virtual std::int64_t max_rows(const StageProblem& problem) const = 0;
   virtual void run(const StageProblem& problem, const ExpertsArgs& args, Workspace workspace,
                    Stream stream) const = 0;
 };
 
 struct FinalizeArgs {
-  TensorView expert_out;    // [T * k, H] bf16
+  TensorView expert_out;    // [max_rows, H] bf16
   TensorView slot_rows;     // [T, k] i32
   TensorView topk_weights;  // [T, k] f32, absent when nothing is left to apply
   TensorView out;           // [T, H] bf16
@@ -114,6 +116,7 @@ class FinalizeStage : public Stage {
 };
 
 struct StageSet {
+  std::shared_ptr<void> keep_alive;  // what the stages share (e.g. weights on the device); freed last
   std::unique_ptr<RouterStage> router;
   std::unique_ptr<PrepareStage> prepare;
   std::unique_ptr<ExpertsStage> experts;
@@ -141,5 +144,8 @@ class BackendImpl {
 // Priority order (first is preferred).
 const std::vector<const BackendImpl*>& registered_backends();
 const BackendImpl& cpu_backend();
+#ifdef MOEKIT_HAVE_CUDA
+const BackendImpl& cuda_backend();
+#endif
 
 }  // namespace moekit::core

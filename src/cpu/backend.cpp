@@ -74,6 +74,7 @@ class Experts final : public core::ExpertsStage {
   Experts(const Weights& w, float w2_static_scale) : weights_(w), w2_static_scale_(w2_static_scale) {}
   Status can_implement(const StageProblem&) const override { return Status::ok(); }
   bool applies_weights() const override { return false; }
+  std::int64_t max_rows(const StageProblem& p) const override { return p.tokens * p.config.top_k(); }
   std::size_t workspace_size(const StageProblem& p) const override {
     Carver c(nullptr);
     carve(c, p);

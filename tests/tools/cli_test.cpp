@@ -98,6 +98,16 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
 }
 
+TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
+  TempDir dir;
+  const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 8 --runs 1 --json " + dir.file("b.json"));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("qwen3-30b-a3b    fp8-block   T=8"), std::string::npos) << r.out;
+  const std::string json = slurp(dir.file("b.json"));
+  EXPECT_NE(json.find("\"tokens\": 8"), std::string::npos) << json;
+  EXPECT_NE(r.err.find("bench: qwen3-30b-a3b T=8"), std::string::npos) << "progress line on stderr";
+}
+
 struct BadCase {
   const char* name;
   const char* arguments;
@@ -133,7 +143,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"no_tokens", "run --preset qwen3-30b-a3b", "--tokens"},
                       BadCase{"repeated_flag", "run --preset qwen3-30b-a3b --preset deepseek-v3 --tokens 1", "given twice"},
                       BadCase{"inputs_and_preset", "run --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"},
-                      BadCase{"checkpoint_without_layer", "run --checkpoint /nonexistent --tokens 1", "--layer"}),
+                      BadCase{"checkpoint_without_layer", "run --checkpoint /nonexistent --tokens 1", "--layer"},
+                      BadCase{"bench_without_preset", "bench --tokens 1", "--preset"},
+                      BadCase{"bench_bad_tokens", "bench --preset qwen3-30b-a3b --tokens 0", "--tokens"},
+                      BadCase{"bench_bad_graph", "bench --preset qwen3-30b-a3b --graph maybe", "--graph"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {

@@ -1,0 +1,143 @@
+// Grouped GEMM benchmark on the GPU: each kind x tile on MoE shapes, random data (never zeros),
+// CUDA events, warm-up then the median of 20 runs. Prints one table row per case.
+//   moekit_gemm_bench [--groups G --rows M --n N --k K]   (default: the issue's cases)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/gemm/grouped_gemm.h"
+
+namespace {
+
+using moekit::cuda::GemmKind;
+using moekit::cuda::GemmTile;
+
+#define CHECK(call)                                                                          \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+__device__ unsigned hash(unsigned x) {
+  x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+  return x;
+}
+
+// fp8 codes of magnitude ~2^-2..2^3 with random sign, or bf16 in [-1, 1): no zeros, no NaN.
+__global__ void fill_random(unsigned char* p, std::size_t bytes, bool fp8, unsigned seed) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += std::size_t(gridDim.x) * blockDim.x) {
+    const unsigned h = hash(unsigned(i) * 2654435761U ^ seed);
+    if (fp8) p[i] = (unsigned char)(((h & 0x80) | (0x28 + (h >> 8) % 40)));
+    else p[i] = (i & 1) ? (unsigned char)(0x3c | ((h >> 7) & 0x80) | ((h >> 12) & 0x3)) : (unsigned char)h;
+  }
+}
+
+__global__ void fill_scales(float* p, std::size_t count, unsigned seed) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = 1e-3f * (1.0f + float(hash(unsigned(i) ^ seed) % 1000) / 1000.0f);
+}
+
+struct Case {
+  GemmKind kind;
+  int groups;
+  long long rows_per_group, n, k;
+};
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void run_case(const Case& c) {
+  const long long rows = c.groups * c.rows_per_group;
+  const bool fp8 = c.kind != GemmKind::bf16;
+  const std::size_t elem = fp8 ? 1 : 2;
+  const long long kb = (c.k + 127) / 128, nb = c.kind == GemmKind::fp8_block ? (c.n + 127) / 128 : c.n;
+  void *a, *w, *d, *a_s, *w_s, *offsets;
+  CHECK(cudaMalloc(&a, rows * c.k * elem));
+  CHECK(cudaMalloc(&w, c.groups * c.n * c.k * elem));
+  CHECK(cudaMalloc(&d, rows * c.n * 2));
+  CHECK(cudaMalloc(&a_s, (rows * kb + 128 * 64) * sizeof(float)));
+  CHECK(cudaMalloc(&w_s, (c.groups * kb * nb + 128) * sizeof(float)));
+  CHECK(cudaMalloc(&offsets, (c.groups + 1) * sizeof(int)));
+  fill_random<<<1024, 256>>>(static_cast<unsigned char*>(a), rows * c.k * elem, fp8, 1);
+  fill_random<<<1024, 256>>>(static_cast<unsigned char*>(w), c.groups * c.n * c.k * elem, fp8, 2);
+  fill_scales<<<256, 256>>>(static_cast<float*>(a_s), rows * kb + 128 * 64, 3);
+  fill_scales<<<256, 256>>>(static_cast<float*>(w_s), c.groups * kb * nb + 128, 4);
+  std::vector<int> off(c.groups + 1);
+  for (int e = 0; e <= c.groups; ++e) off[e] = int(e * c.rows_per_group);
+  CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
+
+  const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
+  const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
+  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong}) {
+    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows};
+    const moekit::cuda::GroupedGemmConfig config{tile};
+    const moekit::Status ok = moekit::cuda::can_implement(desc, config);
+    if (!ok) {
+      std::printf("%-12s %-22s skipped: %s\n", std::string(moekit::cuda::to_string(c.kind)).c_str(),
+                  std::string(moekit::cuda::to_string(tile)).c_str(), ok.reason().c_str());
+      continue;
+    }
+    void* workspace;
+    CHECK(cudaMalloc(&workspace, moekit::cuda::workspace_size(desc, config)));
+    moekit::cuda::GroupedGemmArgs args;
+    args.a = a;
+    args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
+    args.offsets = static_cast<const std::int32_t*>(offsets);
+    args.w = w;
+    args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
+    args.d = static_cast<moekit::bf16*>(d);
+    for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    std::vector<float> times;
+    for (int i = 0; i < 20; ++i) {
+      CHECK(cudaEventRecord(start));
+      moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
+      CHECK(cudaEventRecord(stop));
+      CHECK(cudaEventSynchronize(stop));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    const double ms = median(times);
+    std::printf("%-12s %-22s groups=%-4d rows/group=%-6lld N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s\n",
+                std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
+                c.groups, c.rows_per_group, c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6);
+    cudaFree(workspace);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  for (void* p : {a, w, d, a_s, w_s, offsets}) cudaFree(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Case> cases;
+  if (argc == 9) {
+    cases.push_back({GemmKind::fp8_block, std::atoi(argv[2]), std::atoll(argv[4]), std::atoll(argv[6]), std::atoll(argv[8])});
+  } else {
+    cases = {
+        {GemmKind::fp8_block, 8, 4096, 4096, 7168},    // the issue's target case
+        {GemmKind::fp8_channel, 8, 4096, 4096, 7168},
+        {GemmKind::bf16, 8, 4096, 4096, 7168},
+        {GemmKind::fp8_block, 256, 128, 4096, 7168},   // deepseek-v3 GEMM1, T=4096 (k=8, balanced)
+        {GemmKind::fp8_block, 256, 128, 7168, 2048},   // deepseek-v3 GEMM2, T=4096
+        {GemmKind::fp8_block, 256, 2, 4096, 7168},     // deepseek-v3 GEMM1, T=64 (decode-ish)
+    };
+  }
+  std::printf("%-12s %-22s %s\n", "kind", "tile", "shape / time / rate");
+  for (const Case& c : cases) run_case(c);
+  return 0;
+}

@@ -1,0 +1,188 @@
+// Activation + requantization kernels.
+//   groups  a warp per row, half a warp per 128-column group, 8 outputs per lane: load gate and up
+//           (16 bytes each), activate in f32, then per the output: fp8 with the group's own
+//           scale, fp8 with the tensor scale, bf16, or only the amax (fp8-tensor dynamic pass 1)
+//   rows    fp8-rowwise: a block per row, the activated row kept in shared memory
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/rows.cuh"
+#include "cuda/common/vec.cuh"
+#include "moekit/config.h"
+
+namespace moekit::cuda::activation {
+
+enum class Emit : std::uint8_t { group_fp8, tensor_fp8, bf16, amax };
+
+struct ActParams {
+  RowsParams rows;
+  const std::uint16_t* in;  // [max_rows, W]
+  int in_width;             // W
+  int inter;                // I
+  int groups;               // ceil(I / 128)
+  int max_rows;
+  Activation act;
+  float alpha;
+  float limit;
+  bool ue8m0;
+  ScaleLayout layout;
+  const float* given_scale;
+  float* amax;              // [1] workspace
+  void* q;                  // [max_rows, I]
+  float* scales;
+};
+
+// The scalar functions of cpu/activation.cpp, rounding every step as it does (no FMA).
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float gelu(float x) {
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752f))));
+}
+__device__ __forceinline__ float swiglu_oai(float gate, float up, float alpha, float limit) {
+  gate = fminf(gate, limit);
+  up = up < -limit ? -limit : (limit < up ? limit : up);  // std::clamp: NaN passes through
+  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(__fmul_rn(-alpha, gate)))), __fadd_rn(up, 1.0f));
+}
+__device__ __forceinline__ float relu2(float x) {
+  const float r = fmaxf(x, 0.0f);
+  return __fmul_rn(r, r);
+}
+
+// Outputs [col, col + 8) of a row.
+__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* row, int col, float (&out)[8]) {
+  float gate[8];
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + col)), gate);
+  if (p.act == Activation::relu2) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = relu2(gate[i]);
+    return;
+  }
+  float up[8];
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + p.inter + col)), up);
+  switch (p.act) {
+    case Activation::gelu_and_mul:
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(gelu(gate[i]), up[i]);
+      break;
+    case Activation::swiglu_oai:
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = swiglu_oai(gate[i], up[i], p.alpha, p.limit);
+      break;
+    default:
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(silu(gate[i]), up[i]);
+      break;
+  }
+}
+
+// Block-wide max of non-negative values; every thread gets it. `shared` holds 32 floats.
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  v = group_max<32>(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / 32) ? shared[lane] : 0.0f;
+  return group_max<32>(v);
+}
+
+// A warp per row (grid-stride): the row is located once; its 128-column groups go two at a time
+// (a half warp each), kUnroll pairs in flight.
+template <Emit kEmit>
+__global__ void __launch_bounds__(256) activate_groups(ActParams p) {
+  constexpr int kUnroll = 2;
+  __shared__ float reduce[32];
+  const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
+  const int warp = int((std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  const int warps = int(std::int64_t(gridDim.x) * blockDim.x / 32);
+  float tensor_scale = 0.0f;
+  if (kEmit == Emit::tensor_fp8) {
+    tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = tensor_scale;
+  }
+  float running_max = 0.0f;
+  for (int row = warp; row < p.max_rows; row += warps) {
+    const RowInfo info = locate_row(p.rows, row);
+    if (info.kind == RowKind::unused) continue;  // warp-uniform
+    const bool token = info.kind == RowKind::token;
+    const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
+    for (int g0 = 0; g0 < p.groups; g0 += 2 * kUnroll) {  // warp-uniform: the shuffles need all lanes
+      float x[kUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int col = (g0 + 2 * u + half) * 128 + sub * 8;
+        if (token && col < p.inter) {
+          activate8(p, in, col, x[u]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
+        if (kEmit == Emit::amax) {
+          running_max = fmaxf(running_max, m);
+          continue;
+        }
+        float scale = tensor_scale;
+        if (kEmit == Emit::group_fp8) scale = fp8_scale(group_max<16>(m), p.ue8m0);
+        const int g = g0 + 2 * u + half;
+        const int col = g * 128 + sub * 8;
+        if (col >= p.inter) continue;
+        const std::int64_t at = std::int64_t(row) * p.inter + col;
+        if (kEmit == Emit::bf16) {
+          *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
+          continue;
+        }
+        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], scale) : make_uint2(0, 0);
+        if (kEmit == Emit::group_fp8 && sub == 0)
+          p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
+      }
+    }
+  }
+  if (kEmit == Emit::amax) {
+    running_max = block_max(running_max, reduce);
+    if (threadIdx.x == 0) atomic_max_nonnegative(p.amax, running_max);
+  }
+}
+
+// fp8-rowwise: a block per row; the activated row waits in shared memory for its scale.
+__global__ void __launch_bounds__(256) activate_rows(ActParams p) {
+  extern __shared__ float4 shared4[];
+  float* act = reinterpret_cast<float*>(shared4);  // [I]
+  __shared__ float reduce[32];
+  for (int row = blockIdx.x; row < p.max_rows; row += gridDim.x) {
+    const RowInfo info = locate_row(p.rows, row);  // the same for the whole block
+    if (info.kind == RowKind::unused) continue;
+    std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + std::int64_t(row) * p.inter;
+    if (info.kind == RowKind::padding) {
+      for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) *reinterpret_cast<uint2*>(q + c) = make_uint2(0, 0);
+      if (threadIdx.x == 0) p.scales[row] = 0.0f;
+      continue;
+    }
+    float m = 0.0f;
+    for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
+      float x[8];
+      activate8(p, p.in + std::int64_t(row) * p.in_width, c, x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m = amax_step(m, x[i]);
+      reinterpret_cast<float4*>(act + c)[0] = make_float4(x[0], x[1], x[2], x[3]);
+      reinterpret_cast<float4*>(act + c)[1] = make_float4(x[4], x[5], x[6], x[7]);
+    }
+    const float scale = fp8_scale(block_max(m, reduce), p.ue8m0);
+    for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
+      const float4 a = reinterpret_cast<const float4*>(act + c)[0], b = reinterpret_cast<const float4*>(act + c)[1];
+      const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      *reinterpret_cast<uint2*>(q + c) = quantize8(x, scale);
+    }
+    if (threadIdx.x == 0) p.scales[row] = scale;
+    __syncthreads();  // the row buffer is refilled for the next row
+  }
+}
+
+}  // namespace moekit::cuda::activation

@@ -1,0 +1,32 @@
+// What launchers need to know about the current device, asked once per device.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.h"
+#include "moekit/backend.h"
+
+namespace moekit::cuda {
+
+inline cudaStream_t as_cuda(Stream stream) { return static_cast<cudaStream_t>(stream); }
+
+// Multiprocessors of the current device (cached; a host query, safe during graph capture).
+inline int multiprocessor_count() {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) device = 0;
+  if (cached[device] == 0)
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device));
+  return cached[device];
+}
+
+inline unsigned grid_size(std::int64_t work, std::int64_t per_block, std::int64_t cap = 1 << 30) {
+  const std::int64_t blocks = (work + per_block - 1) / per_block;
+  return unsigned(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+}  // namespace moekit::cuda

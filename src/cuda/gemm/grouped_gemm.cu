@@ -1,0 +1,92 @@
+// Grouped GEMM op entry: picks the compiled instance for (kind, tile), and the heuristic.
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/gemm/sm90_grouped_gemm_instances.h"
+
+namespace moekit::cuda {
+namespace {
+
+struct Entry {
+  GemmKind kind;
+  GemmTile tile;
+  std::size_t (*workspace_size)(const GroupedGemmDesc&);
+  Status (*can_implement)(const GroupedGemmDesc&);
+  void (*run)(const GroupedGemmDesc&, const GroupedGemmArgs&, void*, cudaStream_t);
+};
+
+#define MOEKIT_ENTRY(KIND, TILE, NAME) \
+  Entry{KIND, TILE, &sm90::NAME##_workspace_size, &sm90::NAME##_can_implement, &sm90::NAME##_run},
+constexpr Entry kEntries[] = {MOEKIT_SM90_GROUPED_GEMM_LIST(MOEKIT_ENTRY)};
+#undef MOEKIT_ENTRY
+
+const Entry* find(GemmKind kind, GemmTile tile) {
+  for (const Entry& e : kEntries)
+    if (e.kind == kind && e.tile == tile) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view to_string(GemmKind kind) {
+  switch (kind) {
+    case GemmKind::bf16: return "bf16";
+    case GemmKind::fp8_block: return "fp8-block";
+    case GemmKind::fp8_channel: return "fp8-channel";
+  }
+  return "?";
+}
+
+std::string_view to_string(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::m128_n128_cooperative: return "128x128 cooperative";
+    case GemmTile::m64_n128_pingpong: return "64x128 ping-pong";
+  }
+  return "?";
+}
+
+std::string GroupedGemmDesc::to_string() const {
+  std::ostringstream os;
+  os << cuda::to_string(kind) << " groups=" << groups << " N=" << n << " K=" << k << " max_rows=" << max_rows;
+  return os.str();
+}
+
+std::string GroupedGemmConfig::to_string() const { return std::string(cuda::to_string(tile)); }
+
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group) {
+  // Few rows per group (decode, many experts): a 128-row tile would be mostly padding.
+  if (rows_per_group <= 64)
+    return {{GemmTile::m64_n128_pingpong}, "~" + std::to_string(int(rows_per_group)) +
+                                               " rows per group <= 64: 64-row tiles waste less"};
+  (void)desc;
+  return {{GemmTile::m128_n128_cooperative},
+          "~" + std::to_string(int(rows_per_group)) + " rows per group > 64: 128-row tiles reuse W better"};
+}
+
+Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {
+  if (desc.groups < 1) return Status::no("groups: expected >= 1, given " + std::to_string(desc.groups));
+  if (desc.n < 16 || desc.n % 16 != 0) return Status::no("N: expected a multiple of 16, given " + std::to_string(desc.n));
+  if (desc.k < 16 || desc.k % 16 != 0) return Status::no("K: expected a multiple of 16, given " + std::to_string(desc.k));
+  if (desc.max_rows >= (std::int64_t(1) << 31) / std::max<std::int64_t>(desc.k, desc.n))
+    return Status::no("rows: too many for 32-bit indexing, given " + std::to_string(desc.max_rows));
+  const Entry* e = find(desc.kind, config.tile);
+  if (!e) return Status::no("no grouped GEMM compiled for " + desc.to_string() + " with " + config.to_string());
+  return e->can_implement(desc);
+}
+
+std::size_t workspace_size(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {
+  const Entry* e = find(desc.kind, config.tile);
+  require(e != nullptr, "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string());
+  return e->workspace_size(desc);
+}
+
+void run_grouped_gemm(const GroupedGemmDesc& desc, const GroupedGemmConfig& config, const GroupedGemmArgs& args,
+                      void* workspace, void* stream) {
+  const Entry* e = find(desc.kind, config.tile);
+  require(e != nullptr, "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string());
+  e->run(desc, args, workspace, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace moekit::cuda

@@ -1,0 +1,77 @@
+// Grouped GEMMs of the experts on Hopper (CUTLASS, TMA warp-specialized), contiguous format:
+// the rows of group e are [offsets[e], offsets[e+1]) of A and D; group e multiplies W[e].
+//   D[rows, N] (bf16) = A[rows, K] x W[e][N, K]^T, f32 accumulation.
+// Problem sizes and pointers are filled on the GPU from the device offsets: no host sync,
+// so a call can be captured in a CUDA graph. Groups with no rows cost nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moekit/error.h"
+#include "moekit/tensor.h"
+
+namespace moekit::cuda {
+
+// The operand types and how scales enter the K loop.
+enum class GemmKind : std::uint8_t {
+  bf16,          // A, W bf16; no scales
+  fp8_block,     // A 1x128 scales, W 128x128 block scales (DeepSeek)
+  fp8_channel,   // A one scale per row, W one scale per output channel (rowwise; also per-tensor, broadcast)
+};
+
+enum class GemmTile : std::uint8_t {
+  m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
+  m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups (decode)
+};
+
+std::string_view to_string(GemmKind kind);
+std::string_view to_string(GemmTile tile);
+
+// The problem, fixed for a layer: only the rows per group change from call to call.
+struct GroupedGemmDesc {
+  GemmKind kind = GemmKind::bf16;
+  std::int64_t groups = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t max_rows = 0;  // upper bound of offsets[groups]
+  std::string to_string() const;
+};
+
+struct GroupedGemmConfig {
+  GemmTile tile = GemmTile::m128_n128_cooperative;
+  std::string to_string() const;
+};
+
+// Device memory, all of it on the GPU. Scales are MN-major, one set per 128 of K:
+//   a_scales  group e's [ceil(K/128), M_e] block (M contiguous) at a_scales + offsets[e] * ceil(K/128);
+//             fp8_channel repeats a row's one scale over the K blocks
+//   w_scales  fp8_block:   [groups, ceil(K/128), ceil(N/128)] (the transpose of the public layout)
+//             fp8_channel: [groups, ceil(K/128), N], a channel's one scale repeated over the K blocks
+// (A zero stride over the K blocks would save the repeats, but CUTLASS 4.2's blockwise mainloop
+// does not honour it: measured wrong on the H200.)
+struct GroupedGemmArgs {
+  const void* a = nullptr;
+  const float* a_scales = nullptr;
+  const std::int32_t* offsets = nullptr;  // [groups + 1], as the permutation plan writes them
+  const void* w = nullptr;
+  const float* w_scales = nullptr;
+  bf16* d = nullptr;
+};
+
+// The heuristic: one rule per line, with the reason in the returned string.
+struct GemmChoice {
+  GroupedGemmConfig config;
+  std::string reason;
+};
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group);
+
+Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);
+std::size_t workspace_size(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);
+// Asynchronous on stream; workspace is device memory of workspace_size bytes.
+void run_grouped_gemm(const GroupedGemmDesc& desc, const GroupedGemmConfig& config, const GroupedGemmArgs& args,
+                      void* workspace, void* stream);
+
+}  // namespace moekit::cuda

@@ -1,0 +1,28 @@
+// The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
+// sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "cuda/gemm/grouped_gemm.h"
+
+#define MOEKIT_SM90_GROUPED_GEMM_LIST(X)                                   \
+  X(GemmKind::bf16, GemmTile::m128_n128_cooperative, bf16_m128)            \
+  X(GemmKind::bf16, GemmTile::m64_n128_pingpong, bf16_m64)                 \
+  X(GemmKind::fp8_block, GemmTile::m128_n128_cooperative, fp8_block_m128)  \
+  X(GemmKind::fp8_block, GemmTile::m64_n128_pingpong, fp8_block_m64)       \
+  X(GemmKind::fp8_channel, GemmTile::m128_n128_cooperative, fp8_channel_m128) \
+  X(GemmKind::fp8_channel, GemmTile::m64_n128_pingpong, fp8_channel_m64)
+
+namespace moekit::cuda::sm90 {
+
+#define MOEKIT_DECLARE(KIND, TILE, NAME)                                     \
+  std::size_t NAME##_workspace_size(const GroupedGemmDesc& desc);            \
+  Status NAME##_can_implement(const GroupedGemmDesc& desc);                  \
+  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream);
+MOEKIT_SM90_GROUPED_GEMM_LIST(MOEKIT_DECLARE)
+#undef MOEKIT_DECLARE
+
+}  // namespace moekit::cuda::sm90

@@ -1,0 +1,216 @@
+// The Experts stage on the GPU (contiguous format): permute -> GEMM1 -> activation + requant
+// -> GEMM2, all on one stream, sizes that depend on routing kept on the device.
+//   1. plan: counts, padded offsets, slot_rows, row_token, row_expert   (permute/plan)
+//   2. gather the prepared rows into expert order, scales MN-major       (permute/gather)
+//   3. GEMM1 [rows, H] x w13 -> [rows, W] bf16                           (gemm)
+//   4. activation -> GEMM2's input, fp8 + scales or bf16                 (activation)
+//   5. GEMM2 [rows, I] x w2 -> expert_out [rows, H] bf16                 (gemm)
+// Per-row and per-tensor scales are repeated over K blocks (expand_scales) for the
+// fp8_channel GEMM; fp8-block scales come out of gather/activation in the GEMM's layout.
+#include <algorithm>
+
+#include "core/stages.h"
+#include "cuda/activation/activate.h"
+#include "cuda/common/launch.h"
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/layer/experts.h"
+#include "cuda/permute/gather.h"
+#include "cuda/permute/plan.h"
+#include "moekit/quant.h"
+
+namespace moekit::cuda {
+namespace {
+
+// Rows of every expert padded to this: 16 keeps each expert's rows and scale columns aligned.
+constexpr std::int64_t kRowAlignment = 16;
+// Scales past the last row that a partial 128-row tile may read (and never stores).
+constexpr std::int64_t kScaleSlackRows = 128;
+
+// out: group e's [k_blocks, Mp_e] block at offsets[e] * k_blocks; per_row: [rows] or, when
+// per_tensor, one value for every row.
+__global__ void expand_scales(const std::int32_t* offsets, const std::int32_t* row_expert, const float* scales,
+                              bool per_tensor, int k_blocks, int max_rows, float* out) {
+  const int r = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= max_rows) return;
+  const int e = row_expert[r];
+  if (e < 0) return;
+  const int o = offsets[e], m = offsets[e + 1] - o;
+  const float v = per_tensor ? scales[0] : scales[r];
+  for (int b = 0; b < k_blocks; ++b) out[std::int64_t(o) * k_blocks + std::int64_t(b) * m + (r - o)] = v;
+}
+
+struct Buffers {
+  std::int32_t *counts, *offsets, *row_token, *row_expert;
+  void *q1, *h1, *q2;
+  float *s1, *s1_gemm, *s2, *s2_gemm;
+  core::Workspace plan_ws, gather_ws, act_ws, gemm1_ws, gemm2_ws;
+};
+
+class Experts final : public core::ExpertsStage {
+ public:
+  Experts(const MoEConfig& config, const DeviceWeights& weights) : config_(config), weights_(weights) {}
+
+  bool applies_weights() const override { return false; }
+
+  std::int64_t max_rows(const core::StageProblem& p) const override { return rows_format().max_rows(p.tokens * p.config.top_k()); }
+
+  Status can_implement(const core::StageProblem& p) const override {
+    const auto [g1, g2] = gemms(p);
+    for (const auto& [desc, config] : {g1, g2}) {
+      Status s = cuda::can_implement(desc, config);
+      if (!s) return Status::no("grouped GEMM " + desc.to_string() + ": " + s.reason());
+    }
+    Status s = permute::can_implement(plan_problem(p));
+    if (!s) return s;
+    s = permute::can_implement(gather_problem(p));
+    if (!s) return s;
+    return activation::can_implement(activation_problem(p));
+  }
+
+  std::size_t workspace_size(const core::StageProblem& p) const override {
+    core::Carver c(nullptr);
+    carve(c, p);
+    return c.used();
+  }
+
+  void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
+    core::Carver c(ws.data);
+    const Buffers b = carve(c, p);
+    const QuantScheme scheme = config_.quant.scheme;
+    const bool channel = scheme == QuantScheme::fp8_rowwise || scheme == QuantScheme::fp8_tensor;
+    const int rows = int(max_rows(p));
+    const RowPlan plan{b.offsets, b.counts};
+
+    permute::PlanArgs plan_args;
+    plan_args.topk_ids = args.topk_ids.ptr<std::int32_t>();
+    plan_args.counts = b.counts;
+    plan_args.offsets = b.offsets;
+    plan_args.slot_rows = args.slot_rows.ptr<std::int32_t>();
+    plan_args.row_token = b.row_token;
+    plan_args.row_expert = b.row_expert;
+    permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
+
+    permute::GatherArgs gather;
+    gather.q = args.in.q.data;
+    gather.scales = args.in.scales.defined() ? args.in.scales.ptr<float>() : nullptr;
+    gather.plan = plan;
+    gather.row_token = b.row_token;
+    gather.out_q = b.q1;
+    gather.out_scales = b.s1;
+    permute::run(gather_problem(p), gather, b.gather_ws, stream);
+    if (channel) expand(b, b.s1, ceil_div(config_.hidden_size, kBlock), rows, stream, b.s1_gemm);
+
+    const auto [g1, g2] = gemms(p);
+    GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.values.view().data,
+                       weights_.w13.scales.view().ptr<float>(), static_cast<bf16*>(b.h1)};
+    run_grouped_gemm(g1.first, g1.second, a1, b.gemm1_ws.data, stream);
+
+    activation::Args act;
+    act.gemm1_out = b.h1;
+    act.plan = plan;
+    act.given_scale = weights_.has_w2_input_scale ? weights_.w2_input_scale.view().ptr<float>() : nullptr;
+    act.q = b.q2;
+    act.scales = b.s2;
+    activation::run(activation_problem(p), act, b.act_ws, stream);
+    if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
+
+    GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.values.view().data,
+                       weights_.w2.scales.view().ptr<float>(), args.expert_out.ptr<bf16>()};
+    run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
+  }
+
+  // The two GEMMs and the tile each one gets, for `moekit explain` and the run.
+  std::pair<std::pair<GroupedGemmDesc, GroupedGemmConfig>, std::pair<GroupedGemmDesc, GroupedGemmConfig>> gemms(
+      const core::StageProblem& p) const {
+    const GemmKind kind = gemm_kind(config_.quant.scheme);
+    const std::int64_t el = config_.local_experts(), rows = max_rows(p);
+    const double per_group = double(p.tokens * config_.top_k()) / double(config_.num_experts);
+    const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows};
+    const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows};
+    return {{d1, choose_gemm_config(d1, per_group).config}, {d2, choose_gemm_config(d2, per_group).config}};
+  }
+
+ private:
+  ExpertRows rows_format() const {
+    ExpertRows r;
+    r.format = RowFormat::contiguous;
+    r.experts = config_.local_experts();
+    r.alignment = kRowAlignment;
+    return r;
+  }
+
+  ScaleLayout scale_layout() const {
+    return config_.quant.scheme == QuantScheme::fp8_block ? ScaleLayout::mn_major_per_expert : ScaleLayout::k_major;
+  }
+
+  permute::PlanProblem plan_problem(const core::StageProblem& p) const {
+    return {rows_format(), p.tokens, config_.top_k(), config_.first_local_expert()};
+  }
+
+  permute::GatherProblem gather_problem(const core::StageProblem& p) const {
+    return {rows_format(), p.tokens, config_.top_k(), config_.hidden_size, config_.quant.scheme, scale_layout()};
+  }
+
+  activation::Problem activation_problem(const core::StageProblem& p) const {
+    activation::Problem a;
+    a.rows = rows_format();
+    a.tokens = p.tokens;
+    a.top_k = config_.top_k();
+    a.intermediate = config_.intermediate_size;
+    a.activation = config_.activation;
+    a.swiglu_alpha = config_.swiglu_alpha;
+    a.swiglu_limit = config_.swiglu_limit;
+    a.quant = config_.quant;
+    a.scale_layout = scale_layout();
+    a.tensor_scale = weights_.has_w2_input_scale ? quant::TensorScale::given : quant::TensorScale::dynamic;
+    return a;
+  }
+
+  void expand(const Buffers& b, const float* scales, std::int64_t k_blocks, int rows, Stream stream, float* out) const {
+    if (rows == 0) return;
+    expand_scales<<<grid_size(rows, 256), 256, 0, as_cuda(stream)>>>(
+        b.offsets, b.row_expert, scales, config_.quant.scheme == QuantScheme::fp8_tensor, int(k_blocks), rows, out);
+    MOEKIT_CUDA_CHECK_LAUNCH("expand_scales");
+  }
+
+  Buffers carve(core::Carver& c, const core::StageProblem& p) const {
+    const std::int64_t rows = max_rows(p), el = config_.local_experts();
+    const std::int64_t h = config_.hidden_size, w = config_.gemm1_width(), inter = config_.intermediate_size;
+    const QuantScheme scheme = config_.quant.scheme;
+    const std::size_t act_bytes = scheme == QuantScheme::bf16 ? 2 : 1;
+    auto floats = [&](std::int64_t n) { return reinterpret_cast<float*>(c.take(sizeof(float) * std::size_t(n))); };
+    auto ints = [&](std::int64_t n) { return reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(n))); };
+    auto workspace = [&](std::size_t n) { return core::Workspace{c.take(n), n}; };
+    const std::int64_t slack = kScaleSlackRows;
+    Buffers b;
+    b.counts = ints(el);
+    b.offsets = ints(el + 1);
+    b.row_token = ints(rows);
+    b.row_expert = ints(rows);
+    b.q1 = c.take(std::size_t(rows * h) * act_bytes);
+    b.s1 = floats((rows + slack) * ceil_div(h, kBlock));
+    b.s1_gemm = floats((rows + slack) * ceil_div(h, kBlock));
+    b.h1 = c.take(std::size_t(rows * w) * 2);
+    b.q2 = c.take(std::size_t(rows * inter) * act_bytes);
+    b.s2 = floats((rows + slack) * ceil_div(inter, kBlock));
+    b.s2_gemm = floats((rows + slack) * ceil_div(inter, kBlock));
+    const auto [g1, g2] = gemms(p);
+    b.plan_ws = workspace(permute::workspace_size(plan_problem(p)));
+    b.gather_ws = workspace(permute::workspace_size(gather_problem(p)));
+    b.act_ws = workspace(activation::workspace_size(activation_problem(p)));
+    b.gemm1_ws = workspace(cuda::workspace_size(g1.first, g1.second));
+    b.gemm2_ws = workspace(cuda::workspace_size(g2.first, g2.second));
+    return b;
+  }
+
+  MoEConfig config_;
+  const DeviceWeights& weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights) {
+  return std::make_unique<Experts>(config, weights);
+}
+
+}  // namespace moekit::cuda

@@ -1,0 +1,45 @@
+// The permutation plan on the GPU (the contiguous and masked formats of DESIGN §6), from
+// topk_ids [T, k] alone: per-expert counts, padded offsets, the row of every slot and the
+// token of every row. Deterministic and equal to cpu::plan_permutation (alignment 1): an
+// expert's rows are ordered by token, then slot. Everything stays on the device.
+//
+// Masked format: expert e's tokens fill rows [e * capacity, e * capacity + counts[e]); a slot
+// past the capacity is dropped: its slot_rows entry is -1 (finalize adds nothing for it) and
+// `dropped` counts such slots, for the caller to check or report.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/stages.h"
+#include "cuda/common/rows.h"
+
+namespace moekit::cuda::permute {
+
+struct PlanProblem {
+  ExpertRows rows;                // format, E_local, alignment, capacity
+  std::int64_t tokens = 0;        // T (may be 0)
+  int top_k = 1;                  // k
+  std::int64_t first_expert = 0;  // global id of local expert 0; ids outside the local range get no row
+  std::int64_t max_rows() const { return rows.max_rows(tokens * top_k); }
+  std::string to_string() const;
+};
+
+struct PlanArgs {
+  const std::int32_t* topk_ids = nullptr;  // [T, k] global ids, -1 = none
+  std::int32_t* counts = nullptr;          // [E_local] rows holding tokens (masked: at most capacity)
+  std::int32_t* offsets = nullptr;         // [E_local + 1] contiguous: first padded row of each expert,
+                                           //   offsets[E_local] = rows in use; masked: e * capacity
+  std::int32_t* slot_rows = nullptr;       // [T, k] row of each slot, -1 = none or dropped
+  std::int32_t* row_token = nullptr;       // [max_rows] token of each row, -1 for padding and unused rows
+  std::int32_t* row_expert = nullptr;      // optional, contiguous: [max_rows] local expert of each row
+                                           //   (padding included), -1 past the rows in use
+  std::int32_t* dropped = nullptr;         // masked: [1] slots dropped for lack of capacity
+};
+
+Status can_implement(const PlanProblem& problem);
+std::size_t workspace_size(const PlanProblem& problem);
+void run(const PlanProblem& problem, const PlanArgs& args, core::Workspace workspace, Stream stream);
+
+}  // namespace moekit::cuda::permute

@@ -1,0 +1,128 @@
+// Quantization: the typed launchers and the op entry.
+#include "cuda/quant/quantize.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "cuda/common/check.h"
+#include "cuda/common/launch.h"
+#include "cuda/quant/quantize.cuh"
+#include "moekit/quant.h"
+
+namespace moekit::cuda::quant {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxRowwiseHidden = 48 * 1024;  // the row stays in shared memory as f32
+
+bool on_input(const Problem& p) { return p.placement == WeightPlacement::input; }
+
+// Elementwise kernels: enough blocks to fill the GPU a few times over, then grid-stride.
+unsigned elementwise_blocks(std::int64_t vectors) {
+  return grid_size(vectors, kThreads, std::int64_t(multiprocessor_count()) * 16);
+}
+
+template <bool kOnInput, bool kVector>
+void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream) {
+  const std::int64_t n = p.tokens * p.hidden;
+  const std::int64_t vectors = kVector ? n / 8 : n;
+  switch (p.quant.scheme) {
+    case QuantScheme::bf16:
+      weighted_bf16<kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
+      break;
+    case QuantScheme::fp8_tensor:
+      if (p.tensor_scale == TensorScale::dynamic) {
+        MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.amax, 0, sizeof(float), stream));
+        tensor_amax<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
+        MOEKIT_CUDA_CHECK_LAUNCH("tensor_amax");
+      }
+      tensor_quantize<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
+      break;
+    case QuantScheme::fp8_rowwise: {
+      const std::size_t shared = std::size_t(p.hidden) * sizeof(float);
+      auto kernel = quantize_rows<kOnInput, kVector>;
+      if (shared > 48 * 1024)
+        MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+      kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
+      break;
+    }
+    case QuantScheme::fp8_block: {
+      // One wave of resident blocks, each warp walking several rows: the pipelined loads then
+      // run ahead across rows too.
+      static int resident = 0;
+      if (resident == 0)
+        MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput>, kThreads, 0));
+      const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
+      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
+      break;
+    }
+  }
+  MOEKIT_CUDA_CHECK_LAUNCH("quantize");
+}
+
+}  // namespace
+
+std::string Problem::to_string() const {
+  std::ostringstream os;
+  os << "quantize " << quant.to_string() << " T=" << tokens << " H=" << hidden << " weights_on="
+     << moekit::to_string(placement);
+  if (quant.scheme == QuantScheme::fp8_tensor) os << (tensor_scale == TensorScale::given ? " scale=given" : " scale=dynamic");
+  return os.str();
+}
+
+Status can_implement(const Problem& p) {
+  if (p.tokens < 0) return Status::no("quantize: tokens must be >= 0, given " + std::to_string(p.tokens));
+  if (p.hidden < 1 || p.hidden > (std::int64_t(1) << 30))
+    return Status::no("quantize: hidden size must lie in [1, 2^30], given " + std::to_string(p.hidden));
+  if (p.quant.scheme == QuantScheme::fp8_block && p.hidden % 16 != 0)
+    return Status::no("quantize: fp8-block needs H % 16 == 0, given H=" + std::to_string(p.hidden));
+  if (p.quant.scheme == QuantScheme::fp8_rowwise && p.hidden > kMaxRowwiseHidden)
+    return Status::no("quantize: fp8-rowwise keeps a row in shared memory, H <= " + std::to_string(kMaxRowwiseHidden) +
+                      ", given " + std::to_string(p.hidden));
+  return Status::ok();
+}
+
+std::size_t workspace_size(const Problem& p) {
+  return p.quant.scheme == QuantScheme::fp8_tensor && p.tensor_scale == TensorScale::dynamic ? 256 : 0;
+}
+
+void run(const Problem& p, const Args& args, core::Workspace workspace, Stream stream) {
+  const Status status = can_implement(p);
+  require(status.is_ok(), status.reason());
+  require(workspace.size >= workspace_size(p), "quantize: workspace too small");
+  if (p.tokens == 0) return;
+  require(args.hidden && args.q, "quantize: hidden and q are required");
+  require(p.quant.scheme == QuantScheme::bf16 || args.scales, "quantize: scales are required");
+  require(!on_input(p) || args.topk_weights, "quantize: the weight on the input needs topk_weights");
+  require(p.quant.scheme != QuantScheme::fp8_tensor || p.tensor_scale == TensorScale::dynamic || args.given_scale,
+          "quantize: fp8-tensor with a given scale needs given_scale");
+  const cudaStream_t s = as_cuda(stream);
+  if (p.quant.scheme == QuantScheme::bf16 && !on_input(p)) {
+    MOEKIT_CUDA_CHECK(cudaMemcpyAsync(args.q, args.hidden, std::size_t(p.tokens * p.hidden) * 2,
+                                      cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  KernelParams kp{};
+  kp.hidden = static_cast<const std::uint16_t*>(args.hidden);
+  kp.weights = args.topk_weights;
+  kp.given_scale = p.tensor_scale == TensorScale::given ? args.given_scale : nullptr;
+  kp.q = args.q;
+  kp.scales = args.scales;
+  kp.amax = reinterpret_cast<float*>(workspace.data);
+  kp.tokens = p.tokens;
+  kp.hidden_size = int(p.hidden);
+  kp.ue8m0 = p.quant.scale_format == ScaleFormat::ue8m0;
+  // 16-byte rows: H a multiple of 8 and the buffers aligned.
+  const bool vector = p.hidden % 8 == 0 && reinterpret_cast<std::uintptr_t>(args.hidden) % 16 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0;
+  require(vector || p.quant.scheme != QuantScheme::fp8_block, "quantize: fp8-block needs 16-byte aligned hidden and q");
+  if (on_input(p)) {
+    if (vector) launch_scheme<true, true>(p, kp, s);
+    else launch_scheme<true, false>(p, kp, s);
+  } else {
+    if (vector) launch_scheme<false, true>(p, kp, s);
+    else launch_scheme<false, false>(p, kp, s);
+  }
+}
+
+}  // namespace moekit::cuda::quant

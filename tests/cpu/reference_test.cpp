@@ -1,0 +1,67 @@
+// The library's references (src/cpu/reference.h) checked from outside: ideal_reference on
+// the dequantized weights equals the f64 MoE of layer_util.h to f64 rounding, and on the
+// master weights it differs by what weight quantization costs, no more.
+#include "cpu/reference.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/master_weights.h"
+#include "layer_util.h"
+
+namespace moekit::test {
+namespace {
+
+class CpuReferenceIdeal : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(CpuReferenceIdeal, MatchesTheF64Layer) {
+  const LayerCase c = GetParam();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig config = config_of(c);
+  const TestLayer tl = make_test_layer(c, seed);
+  const Inputs in = make_inputs(c, tl, seed);
+  const cpu::ReferenceInputs ri{config, tl.weights(), in.hidden.view(), in.routing.ids.view(),
+                                in.routing.weights.view()};
+  const std::vector<double> mine = f64_layer(config, tl.weights(), in.hidden, in.routing);
+
+  const std::vector<double> deq = cpu::ideal_reference(ri, core::DequantizedWeights(config, tl.weights()));
+  ASSERT_EQ(deq.size(), mine.size());
+  double err2 = 0.0, ref2 = 0.0;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    err2 += (deq[i] - mine[i]) * (deq[i] - mine[i]);
+    ref2 += mine[i] * mine[i];
+  }
+  EXPECT_LE(std::sqrt(err2), 1e-12 * std::sqrt(ref2));
+
+  // Against the weights before quantization: the cost of quantizing the weights.
+  const std::vector<double> master = cpu::ideal_reference(ri, core::SyntheticMaster(config, seed));
+  err2 = 0.0;
+  for (std::size_t i = 0; i < mine.size(); ++i) err2 += (master[i] - mine[i]) * (master[i] - mine[i]);
+  const double cost = std::sqrt(err2 / ref2);
+  EXPECT_LE(cost, c.scheme == QuantScheme::bf16 ? 1e-2 : 8e-2);
+  EXPECT_GT(cost, 1e-5);
+}
+
+std::vector<LayerCase> reference_cases() {
+  std::vector<LayerCase> cases;
+  for (QuantScheme s : {QuantScheme::bf16, QuantScheme::fp8_tensor, QuantScheme::fp8_rowwise, QuantScheme::fp8_block}) {
+    LayerCase c{s, Activation::swiglu_oai};
+    if (s == QuantScheme::fp8_block) c.hidden = 144, c.inter = 128;
+    cases.push_back(c);
+  }
+  LayerCase top1{QuantScheme::fp8_rowwise, Activation::silu_and_mul, RoutingMethod::top1_sigmoid};
+  top1.top_k = 1;
+  cases.push_back(top1);
+  LayerCase ep{QuantScheme::bf16, Activation::relu2, RoutingMethod::external};
+  ep.ep_size = 3, ep.ep_rank = 1, ep.ids = Ids::some_none;
+  cases.push_back(ep);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(, CpuReferenceIdeal, ::testing::ValuesIn(reference_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+}  // namespace
+}  // namespace moekit::test

@@ -1,0 +1,203 @@
+// The CUTLASS grouped GEMMs against the CPU grouped GEMM (src/cpu/gemm.cpp): every kind x
+// tile x edge shape, fresh random data, poisoned output, every element checked.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/rows.h"
+#include "cpu/gemm.h"
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda_test_util.h"
+#include "moekit/quant.h"
+#include "test_util.h"
+
+namespace moekit::test {
+namespace {
+
+using cuda::GemmKind;
+using cuda::GemmTile;
+
+struct Shape {
+  const char* name;
+  std::vector<std::int64_t> rows;  // per group
+  std::int64_t n, k;
+};
+
+const Shape kShapes[] = {
+    {"uniform_4x100_n256_k512", {100, 100, 100, 100}, 256, 512},
+    {"empty_groups_n384_k256", {0, 37, 0, 0, 129, 1, 0, 64}, 384, 256},
+    {"one_group_all_rows_n128_k128", {0, 0, 300, 0, 0, 0}, 128, 128},
+    {"single_row_n512_k1024", {0, 1, 0}, 512, 1024},
+    {"partial_k_block_k144", {17, 200}, 256, 144},
+    {"smallest_n16_k16", {3, 0, 5}, 16, 16},
+};
+
+QuantScheme scheme_of(GemmKind kind) {
+  switch (kind) {
+    case GemmKind::bf16: return QuantScheme::bf16;
+    case GemmKind::fp8_block: return QuantScheme::fp8_block;
+    case GemmKind::fp8_channel: return QuantScheme::fp8_rowwise;
+  }
+  return QuantScheme::bf16;
+}
+
+// Random codes/values and scales in the public layouts the CPU GEMM reads.
+struct HostOperands {
+  Tensor a, a_scales, w, w_scales;
+  std::vector<std::int64_t> offsets;
+};
+
+HostOperands make_operands(GemmKind kind, const Shape& s, std::mt19937_64& rng) {
+  HostOperands h;
+  h.offsets = {0};
+  for (std::int64_t r : s.rows) h.offsets.push_back(h.offsets.back() + r);
+  const std::int64_t rows = h.offsets.back(), groups = std::int64_t(s.rows.size());
+  const QuantScheme scheme = scheme_of(kind);
+  const DType dtype = activation_dtype(scheme);
+  h.a = Tensor(dtype, {rows, s.k});
+  h.w = Tensor(dtype, {groups, s.n, s.k});
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f), scale(0.01f, 0.1f);
+  auto fill = [&](Tensor& t) {
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (dtype == DType::bf16) t.ptr<bf16>()[i] = float_to_bf16(value(rng) * 0.1f);
+      else t.ptr<std::uint8_t>()[i] = fp8_e4m3_encode(value(rng) * 100.0f);
+    }
+  };
+  fill(h.a);
+  fill(h.w);
+  if (scheme == QuantScheme::fp8_block) {
+    h.a_scales = Tensor(DType::f32, {rows, ceil_div(s.k, kBlock)});
+    h.w_scales = Tensor(DType::f32, {groups, ceil_div(s.n, kBlock), ceil_div(s.k, kBlock)});
+  } else if (scheme == QuantScheme::fp8_rowwise) {
+    h.a_scales = Tensor(DType::f32, {rows});
+    h.w_scales = Tensor(DType::f32, {groups, s.n});
+  }
+  for (Tensor* t : {&h.a_scales, &h.w_scales})
+    if (t->defined())
+      for (std::int64_t i = 0; i < t->numel(); ++i) t->ptr<float>()[i] = scale(rng);
+  return h;
+}
+
+// The device's scale layouts: MN-major per 128 of K (fp8_channel repeats its one scale).
+std::vector<float> device_a_scales(GemmKind kind, const HostOperands& h, std::int64_t k) {
+  const std::int64_t kb = ceil_div(k, kBlock);
+  std::vector<float> out(std::size_t(h.offsets.back() * kb));
+  for (std::size_t e = 0; e + 1 < h.offsets.size(); ++e) {
+    const std::int64_t row0 = h.offsets[e], m = h.offsets[e + 1] - row0;
+    for (std::int64_t r = 0; r < m; ++r)
+      for (std::int64_t b = 0; b < kb; ++b)
+        out[std::size_t(row0 * kb + b * m + r)] =
+            kind == GemmKind::fp8_channel ? h.a_scales.ptr<float>()[row0 + r] : h.a_scales.ptr<float>()[(row0 + r) * kb + b];
+  }
+  return out;
+}
+
+std::vector<float> device_w_scales(GemmKind kind, const HostOperands& h, std::int64_t n, std::int64_t k) {
+  const float* w = h.w_scales.ptr<float>();
+  const std::int64_t groups = h.w_scales.size(0), kb = ceil_div(k, kBlock);
+  const std::int64_t nb = kind == GemmKind::fp8_channel ? n : ceil_div(n, kBlock);
+  std::vector<float> out(std::size_t(groups * kb * nb));
+  for (std::int64_t e = 0; e < groups; ++e)
+    for (std::int64_t j = 0; j < nb; ++j)
+      for (std::int64_t b = 0; b < kb; ++b)
+        out[std::size_t((e * kb + b) * nb + j)] = kind == GemmKind::fp8_channel ? w[e * n + j] : w[(e * nb + j) * kb + b];
+  return out;
+}
+
+struct Case {
+  GemmKind kind;
+  GemmTile tile;
+  Shape shape;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string kind(cuda::to_string(info.param.kind));
+  for (char& c : kind)
+    if (c == '-') c = '_';
+  return kind + (info.param.tile == GemmTile::m64_n128_pingpong ? "_m64_" : "_m128_") + info.param.shape.name;
+}
+
+class CudaGroupedGemm : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const HostOperands h = make_operands(c.kind, c.shape, rng);
+  const std::int64_t rows = h.offsets.back(), groups = std::int64_t(c.shape.rows.size());
+  const std::int64_t n = c.shape.n, k = c.shape.k;
+
+  const cuda::GroupedGemmDesc desc{c.kind, groups, n, k, rows};
+  const cuda::GroupedGemmConfig config{c.tile};
+  const Status status = cuda::can_implement(desc, config);
+  ASSERT_TRUE(status) << status.reason();
+
+  // The CPU GEMM: the oracle.
+  const QuantScheme scheme = scheme_of(c.kind);
+  std::vector<bf16> expected(std::size_t(rows * n));
+  cpu::grouped_gemm({scheme, {h.a.view(), h.a_scales.view()}, h.offsets.data(), h.w.view(), h.w_scales.view(),
+                     expected.data()});
+
+  DeviceArray<std::uint8_t> a(h.a.nbytes()), w(h.w.nbytes());
+  a.upload({h.a.ptr<std::uint8_t>(), h.a.ptr<std::uint8_t>() + h.a.nbytes()});
+  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
+  DeviceArray<std::int32_t> offsets(std::vector<std::int32_t>(h.offsets.begin(), h.offsets.end()));
+  DeviceArray<bf16> d(std::size_t(rows * n));
+  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(desc, config));
+  // Scales get slack past the end: a partial tile may read scales of rows it does not store.
+  std::vector<float> sa, sw;
+  if (scheme != QuantScheme::bf16) {
+    sa = device_a_scales(c.kind, h, k);
+    sw = device_w_scales(c.kind, h, n, k);
+  }
+  sa.resize(sa.size() + 128 * 64, 1.0f);
+  sw.resize(sw.size() + 128, 1.0f);
+  DeviceArray<float> a_scales(sa), w_scales(sw);
+  d.poison();
+
+  cuda::GroupedGemmArgs args;
+  args.a = a.data();
+  args.a_scales = scheme == QuantScheme::bf16 ? nullptr : a_scales.data();
+  args.offsets = offsets.data();
+  args.w = w.data();
+  args.w_scales = scheme == QuantScheme::bf16 ? nullptr : w_scales.data();
+  args.d = d.data();
+  cuda::run_grouped_gemm(desc, config, args, workspace.data(), nullptr);
+  sync_and_check();
+  const std::vector<bf16> got = d.download();
+
+  double diff = 0.0, norm = 0.0, max_ref = 0.0;
+  std::int64_t unwritten = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = bf16_to_float(got[i]), r = bf16_to_float(expected[i]);
+    if (std::isnan(g)) ++unwritten;
+    diff += (g - r) * (g - r);
+    norm += r * r;
+    max_ref = std::max(max_ref, std::fabs(r));
+  }
+  EXPECT_EQ(unwritten, 0) << "elements left unwritten (NaN poison) of " << got.size();
+  // bf16 output: each element may differ by a rounding of the other accumulation order.
+  EXPECT_LE(std::sqrt(diff / std::max(norm, 1e-30)), 4e-3) << desc.to_string() << " " << config.to_string();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = bf16_to_float(got[i]), r = bf16_to_float(expected[i]);
+    ASSERT_LE(std::fabs(g - r), 1e-2 * max_ref + 1e-2 * std::fabs(r)) << "element " << i << " (row " << i / std::size_t(n) << ")";
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
+    for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
+      for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace moekit::test
