@@ -74,6 +74,8 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
   int world_rank() const;
   int world_size() const;
+  // This process's rank among those on its node: the GPU a rank per GPU takes.
+  int local_rank() const;
   // Ends every process of the job (MPI_Abort): for a command line that failed on one rank.
   [[noreturn]] void abort(int code) const;
 

@@ -40,7 +40,14 @@ std::string_view to_string(EpCombine v);
 // times of EpStats measure the exchange, not the wait for the slowest rank (profiling).
 enum class EpTiming : std::uint8_t { plain, barriers };
 
+// group:     the ranks of LayerOptions::comm exchange tokens and expert rows (DESIGN §7).
+// this_rank: no exchange: this rank's tokens against this rank's experts alone; a token with
+//            none of them gets zeros. The ranks' outputs add up to the layer's (within the
+//            rounding of the partial sums): for callers that combine the ranks themselves.
+enum class EpScope : std::uint8_t { group, this_rank };
+
 struct EpOptions {
+  EpScope scope = EpScope::group;
   EpCombine combine = EpCombine::automatic;  // exact on the CPU backend, partial on GPU ones
   // > 0: fixed capacity, at most this many tokens per rank and call. Buffers are sized for the
   // worst case and no counts are exchanged (what CUDA-graph capture needs); more traffic.
@@ -50,8 +57,9 @@ struct EpOptions {
 
 struct LayerOptions {
   std::string backend = "auto";  // "auto" (MOEKIT_BACKEND may override) or a backend name
-  // Required when config.ep_size > 1: ep_size ranks, this one ep_rank, moving the backend's memory.
-  // Every rank calls forward the same number of times (it is collective); T may differ.
+  // Required when config.ep_size > 1 (unless ep.scope is this_rank): ep_size ranks, this one
+  // ep_rank, moving the backend's memory. Every rank calls forward the same number of times
+  // (it is collective); T may differ from rank to rank.
   Communicator* comm = nullptr;
   EpOptions ep;
 };

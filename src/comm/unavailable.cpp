@@ -16,6 +16,7 @@ MpiSession::MpiSession(int*, char***) {
 MpiSession::~MpiSession() = default;
 int MpiSession::world_rank() const { return 0; }
 int MpiSession::world_size() const { return 1; }
+int MpiSession::local_rank() const { return 0; }
 void MpiSession::abort(int code) const { std::_Exit(code); }
 #endif
 

@@ -56,7 +56,7 @@ struct EpPipeline::Buffers {
   std::byte* recv = nullptr;                  // [R, record]
   QuantizedRows received;                     // [R, H]
   TensorView recv_ids, recv_weights;          // [R, k]
-  TensorView expert_out, slot_rows;           // [R * k, H], [R, k]
+  TensorView expert_out, slot_rows;           // [max_rows(R), H], [R, k]
   TensorView return_rows, return_send;        // exact: [R * k], [R * k, H]; partial: -, [R, H]
   TensorView combine_recv;                    // [rows back, H]
   TensorView source_slot_rows;                // exact: [T, k]
@@ -115,7 +115,7 @@ EpPipeline::Buffers EpPipeline::carve(Carver& c, const Sizes& s) const {
   b.received = rows_tensor(c, scheme, s.received, h, d);
   b.recv_ids = c.tensor(DType::i32, {s.received, k}, d);
   b.recv_weights = c.tensor(DType::f32, {s.received, k}, d);
-  b.expert_out = c.tensor(DType::bf16, {s.received * k, h}, d);
+  b.expert_out = c.tensor(DType::bf16, {stages_.experts->max_rows(StageProblem{config_, s.received}), h}, d);
   b.slot_rows = c.tensor(DType::i32, {s.received, k}, d);
   if (combine_ == EpCombine::exact) {
     b.return_rows = c.tensor(DType::i32, {s.received * k}, d);

@@ -37,7 +37,7 @@ struct EpUnpackArgs {
 
 // Exact combine, receiving side: out row i = expert_out row rows[i] (-1: zeros).
 struct EpGatherArgs {
-  const bf16* expert_out = nullptr;  // [R * k, H]
+  const bf16* expert_out = nullptr;  // [max_rows(R), H]
   const std::int32_t* rows = nullptr;
   std::int64_t count = 0;
   std::int64_t hidden = 0;

@@ -92,14 +92,16 @@ struct Layer::Impl {
 Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   validate(config);
-  require(config.ep_size == 1 || options.comm != nullptr,
-          "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
-              std::to_string(config.ep_size) + ", given none (LayerOptions::comm)");
   impl_->config = config;
   impl_->selection = select_backend(config, options.backend);
   for (const auto* b : core::registered_backends())
     if (b->name() == impl_->selection.chosen) impl_->backend = b;
   core::check_weights(config, weights, Device::cpu);
+  const bool alone = options.ep.scope == EpScope::this_rank;
+  require(config.ep_size == 1 || alone || options.comm != nullptr,
+          "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
+              std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
+  require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
   impl_->bias = weights.e_score_correction_bias;
   impl_->stages = impl_->backend->make_stages(config, weights);
   if (options.comm)

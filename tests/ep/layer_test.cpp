@@ -396,6 +396,12 @@ TEST(EpLayer, ErrorsNameTheProblem) {
   two.ep_size = 2;
   const core::SyntheticLayer half = core::make_synthetic_layer(two, 3);
   expect_error([&] { Layer l(two, half.weights()); }, "comm: expected a communicator");
+  // ... unless the caller asks for this rank's share alone, which takes no communicator.
+  LayerOptions alone;
+  alone.ep.scope = EpScope::this_rank;
+  EXPECT_NO_THROW(Layer(two, half.weights(), alone));
+  alone.comm = &world();
+  expect_error([&] { Layer l(two, half.weights(), alone); }, "this_rank exchanges nothing");
   // A communicator of another size than ep_size.
   MoEConfig other = config;
   other.ep_size = world().size() == 2 ? 3 : 2;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/ep_stages.h"
 #include "cuda/ep/ep_kernels.h"
 #include "moekit/error.h"
 

@@ -1,11 +1,13 @@
-// The EP stages of a CUDA backend (DESIGN §7): the kernels of ep_kernels.cu behind the
-// core::EpStages contract, on the backend's stream. A CUDA backend returns these from
-// BackendImpl::make_ep_stages(); NCCL moves the bytes (make_nccl_communicator).
+// The EP stages of the CUDA backend (DESIGN §7): the kernels of ep_kernels.cu behind the
+// core::EpStages contract (core/ep_stages.h), on the backend's stream; NCCL moves the bytes
+// (make_nccl_communicator). C++17-clean, for the backend's .cu files.
 #pragma once
 
 #include <memory>
 
-#include "core/ep_stages.h"
+namespace moekit::core {
+class EpStages;
+}
 
 namespace moekit::cuda {
 
