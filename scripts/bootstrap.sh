@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what moekit's build needs when it is missing (idempotent): a C++20 compiler,
-# CMake, GoogleTest. CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed.
+# CMake, and with --tests GoogleTest. CUDA is used when nvcc is found (PATH or
+# /usr/local/cuda); it is not installed, but CUTLASS's headers are (pip), unless
+# MOEKIT_CUTLASS_DIR names a copy (for machines without a package registry).
+#   scripts/bootstrap.sh [--tests]
 set -euo pipefail
+with_tests=0
+[ "${1:-}" = "--tests" ] && with_tests=1
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
-[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+if [ $with_tests -eq 1 ] && [ ! -f /usr/include/gtest/gtest.h ]; then need+=(libgtest-dev); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
