@@ -101,12 +101,20 @@ int cmd_run(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
   flags.push_back({"check", false, "compare with the CPU pipeline reference; last line check: PASS|FAIL"});
   flags.push_back({"dump", true, "write out, topk_ids, topk_weights to this safetensors file"});
+  flags.push_back({"ep", true, "expert parallelism over N MPI ranks: mpirun -np N moekit run --ep N ..."});
+  flags.push_back({"ep-combine", true, "auto|exact|partial: how expert rows return (auto: exact on cpu)"});
+  flags.push_back({"ep-capacity", true, "fixed-capacity EP: at most N tokens per rank, no count exchange"});
+  flags.push_back({"ep-profile", false, "barriers before the EP exchanges: times exclude waiting for slow ranks"});
+  flags.push_back({"comm-timeout", true, "seconds a collective waits for the other ranks (default 120)"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);
   if (args.has("help")) {
     std::printf("%s", usage_of("run", flags).c_str());
     return 0;
   }
+  if (args.get_int("ep", 1, 1, 1 << 16) > 1) return cmd_run_ep(args);
+  for (const char* flag : {"ep-combine", "ep-capacity", "ep-profile", "comm-timeout"})
+    if (args.has(flag)) throw UsageError(std::string("--") + flag + ": needs --ep N with N > 1");
   const RunSetup s = setup_from_args(args);
   LayerOptions options;
   options.backend = args.get("backend", "auto");

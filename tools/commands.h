@@ -4,6 +4,9 @@
 namespace moekit::cli {
 
 int cmd_run(int argc, char** argv);
+class Args;
+// The run with --ep N > 1, under mpirun (cmd_run_ep.cpp).
+int cmd_run_ep(const Args& args);
 int cmd_presets(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
 int cmd_bench(int argc, char** argv);

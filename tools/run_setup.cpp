@@ -80,7 +80,7 @@ Tensor router_logits_of(const Tensor& hidden, const Tensor& gate) {
   return logits;
 }
 
-void setup_from_checkpoint(const Args& args, RunSetup& s) {
+void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_rank) {
   if (args.has("preset") || args.has("quant"))
     throw UsageError("--checkpoint: takes the problem from the checkpoint; drop --preset/--quant");
   if (!args.has("layer")) throw UsageError("--checkpoint: give --layer N");
@@ -89,7 +89,7 @@ void setup_from_checkpoint(const Args& args, RunSetup& s) {
   const int layer = int(args.get_int("layer", 0, 0, 100000));
   const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
-  s.checkpoint = io::import_hf_layer(folder, layer, {});
+  s.checkpoint = io::import_hf_layer(folder, layer, {ep_size, ep_rank});
   s.config = s.checkpoint->config;
   s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
   s.weights = s.checkpoint->weights();
@@ -98,10 +98,16 @@ void setup_from_checkpoint(const Args& args, RunSetup& s) {
   s.router_logits = router_logits_of(s.hidden, s.checkpoint->gate_weight);
 }
 
-void setup_from_preset(const Args& args, RunSetup& s) {
+void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) {
   if (!args.has("preset")) throw UsageError("run: give --preset NAME (see `moekit presets`) or --inputs FILE");
   if (!args.has("tokens")) throw UsageError("run: give --tokens N");
   s.config = config_from_args(args);
+  s.config.ep_size = ep_size;
+  s.config.ep_rank = ep_rank;
+  as_usage([&] {
+    validate(s.config);
+    return 0;
+  });
   const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.source = "preset " + args.get("preset", "") + ", seed " + std::to_string(seed);
@@ -141,13 +147,15 @@ MoEConfig config_from_args(const Args& args) {
   return apply_overrides(preset.config, args);
 }
 
-RunSetup setup_from_args(const Args& args) {
+RunSetup setup_from_args(const Args& args, int ep_size, int ep_rank) {
   RunSetup s;
   check_backend_name(args);
   s.routing = routing_mode(args);
+  if (args.has("inputs") && ep_size > 1)
+    throw UsageError("--inputs: a layer file holds every expert; with --ep use --preset or --checkpoint");
   if (args.has("inputs")) setup_from_file(args, s);
-  else if (args.has("checkpoint")) setup_from_checkpoint(args, s);
-  else setup_from_preset(args, s);
+  else if (args.has("checkpoint")) setup_from_checkpoint(args, s, ep_size, ep_rank);
+  else setup_from_preset(args, s, ep_size, ep_rank);
   return s;
 }
 

@@ -37,7 +37,8 @@ std::vector<Flag> problem_flags();
 // The config alone, from --preset/--quant/--scale-format, the layer file or the checkpoint.
 MoEConfig config_from_args(const Args& args);
 
-// Everything: weights generated or read, inputs generated or read.
-RunSetup setup_from_args(const Args& args);
+// Everything: weights generated or read, inputs generated or read. With ep_size > 1 only
+// this rank's experts are generated or read; the inputs are the whole batch.
+RunSetup setup_from_args(const Args& args, int ep_size = 1, int ep_rank = 0);
 
 }  // namespace moekit::cli

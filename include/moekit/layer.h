@@ -1,6 +1,7 @@
 // The MoE layer: Router -> Prepare -> Experts -> Finalize, on the chosen backend.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -10,6 +11,8 @@
 #include "moekit/tensor.h"
 
 namespace moekit {
+
+class Communicator;  // moekit/comm.h
 
 // The layer's parameters, for the experts this rank owns (E_local = E / ep_size).
 // W = gemm1_width() (2I gated, I for relu2).
@@ -27,8 +30,50 @@ struct Weights {
   TensorView w2_input_scale;
 };
 
+// How expert outputs return to their token's rank (DESIGN §7).
+//   exact:   one row per (token, expert); the source sums in slot order like ep = 1: bit-identical.
+//   partial: one row per (token, rank), the rank's weighted sum; added in rank order. Least traffic.
+enum class EpCombine : std::uint8_t { automatic, exact, partial };
+std::string_view to_string(EpCombine v);
+
+// barriers: every rank waits for all before each exchange, so that the dispatch and combine
+// times of EpStats measure the exchange, not the wait for the slowest rank (profiling).
+enum class EpTiming : std::uint8_t { plain, barriers };
+
+// group:     the ranks of LayerOptions::comm exchange tokens and expert rows (DESIGN §7).
+// this_rank: no exchange: this rank's tokens against this rank's experts alone; a token with
+//            none of them gets zeros. The ranks' outputs add up to the layer's (within the
+//            rounding of the partial sums): for callers that combine the ranks themselves.
+enum class EpScope : std::uint8_t { group, this_rank };
+
+struct EpOptions {
+  EpScope scope = EpScope::group;
+  EpCombine combine = EpCombine::automatic;  // exact on the CPU backend, partial on GPU ones
+  // > 0: fixed capacity, at most this many tokens per rank and call. Buffers are sized for the
+  // worst case and no counts are exchanged (what CUDA-graph capture needs); more traffic.
+  std::int64_t capacity = 0;
+  EpTiming timing = EpTiming::plain;
+};
+
 struct LayerOptions {
   std::string backend = "auto";  // "auto" (MOEKIT_BACKEND may override) or a backend name
+  // Required when config.ep_size > 1 (unless ep.scope is this_rank): ep_size ranks, this one
+  // ep_rank, moving the backend's memory. Every rank calls forward the same number of times
+  // (it is collective); T may differ from rank to rank.
+  Communicator* comm = nullptr;
+  EpOptions ep;
+};
+
+// What the last forward of an EP layer moved (this rank), and the host wall time of each step.
+struct EpStats {
+  std::int64_t tokens = 0;           // this rank's tokens
+  std::int64_t records_sent = 0;     // dispatched token rows: one per (token, destination rank)
+  std::int64_t records_received = 0;
+  std::int64_t record_bytes = 0;     // one dispatched token: row, scales and its routing share
+  std::int64_t dispatch_bytes = 0, dispatch_remote_bytes = 0;  // sent by this rank; remote: to other ranks
+  std::int64_t combine_bytes = 0, combine_remote_bytes = 0;    // sent back by this rank
+  double prepare_ms = 0, dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
+  double wait_ms = 0;  // EpTiming::barriers: time in the barriers (waiting for the slowest rank)
 };
 
 // Fused routing: the layer routes from router_logits.
@@ -68,6 +113,9 @@ class Layer {
   std::string_view backend_name() const;
   // Where the layer's tensors must live.
   Device device() const;
+  // Expert parallelism (ep_size > 1): the combine mode in use and the last forward's traffic.
+  EpCombine ep_combine() const;
+  EpStats ep_stats() const;
 
  private:
   struct Impl;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "moekit/backend.h"
+#include "moekit/comm.h"
 #include "moekit/config.h"
 #include "moekit/device.h"
 #include "moekit/error.h"

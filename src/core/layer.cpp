@@ -3,8 +3,10 @@
 
 #include <algorithm>
 
+#include "core/ep_pipeline.h"
 #include "core/stages.h"
 #include "core/validate.h"
+#include "moekit/comm.h"
 #include "moekit/error.h"
 
 namespace moekit {
@@ -17,6 +19,7 @@ struct Layer::Impl {
   core::DeviceBuffer buffer{nullptr, [](std::byte*) {}};
   std::size_t buffer_size = 0;
   TensorView bias;  // the routing bias, kept for fused routing
+  std::unique_ptr<core::EpPipeline> ep;  // with a communicator: Prepare/Finalize become EP dispatch/combine
 
   // Everything one call needs, carved from one buffer.
   struct Buffers {
@@ -33,6 +36,11 @@ struct Layer::Impl {
     Buffers b;
     b.topk_ids = c.tensor(DType::i32, {t, k}, d);
     b.topk_weights = c.tensor(DType::f32, {t, k}, d);
+    if (ep) {  // the EP pipeline holds the rest
+      const std::size_t n = stages.router->workspace_size(p);
+      b.router_ws = core::Workspace{c.take(n), n};
+      return b;
+    }
     b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
     if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
     b.expert_out = c.tensor(DType::bf16, {stages.experts->max_rows(p), h}, d);
@@ -71,6 +79,7 @@ struct Layer::Impl {
 
   void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
            const TensorView& weights, const TensorView& out, Stream stream) {
+    if (ep) return ep->run(p, hidden, ids, weights, out, stream);
     const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
     stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
     stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
@@ -88,8 +97,15 @@ Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions
   for (const auto* b : core::registered_backends())
     if (b->name() == impl_->selection.chosen) impl_->backend = b;
   core::check_weights(config, weights, Device::cpu);
+  const bool alone = options.ep.scope == EpScope::this_rank;
+  require(config.ep_size == 1 || alone || options.comm != nullptr,
+          "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
+              std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
+  require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
   impl_->bias = weights.e_score_correction_bias;
   impl_->stages = impl_->backend->make_stages(config, weights);
+  if (options.comm)
+    impl_->ep = std::make_unique<core::EpPipeline>(config, *impl_->backend, impl_->stages, *options.comm, options.ep);
 }
 
 Layer::~Layer() = default;
@@ -124,5 +140,7 @@ const MoEConfig& Layer::config() const { return impl_->config; }
 const BackendSelection& Layer::selection() const { return impl_->selection; }
 std::string_view Layer::backend_name() const { return impl_->backend->name(); }
 Device Layer::device() const { return impl_->backend->device(); }
+EpCombine Layer::ep_combine() const { return impl_->ep ? impl_->ep->combine() : EpCombine::automatic; }
+EpStats Layer::ep_stats() const { return impl_->ep ? impl_->ep->stats() : EpStats{}; }
 
 }  // namespace moekit

@@ -49,6 +49,9 @@ class Carver {
 struct StageProblem {
   MoEConfig config;
   std::int64_t tokens = 0;
+  // EP: the ranks over which a dynamic fp8-tensor amax is taken (every rank quantizes with
+  // the scale ep = 1 would use). Null: this rank's rows alone.
+  Communicator* group = nullptr;
 };
 
 class Stage {
@@ -120,6 +123,8 @@ struct StageSet {
   std::unique_ptr<FinalizeStage> finalize;
 };
 
+class EpStages;  // core/ep_stages.h
+
 // Memory of a backend's device, released by the deleter.
 using DeviceBuffer = std::unique_ptr<std::byte, void (*)(std::byte*)>;
 
@@ -132,6 +137,8 @@ class BackendImpl {
   // Stages bound to these weights (a device backend uploads them here, once).
   virtual StageSet make_stages(const MoEConfig& config, const Weights& weights) const = 0;
   virtual DeviceBuffer allocate(std::size_t bytes) const = 0;
+  // Its expert-parallel data movement; null when it has none.
+  virtual std::unique_ptr<EpStages> make_ep_stages() const;
 };
 
 // Priority order (first is preferred).

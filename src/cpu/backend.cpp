@@ -4,11 +4,14 @@
 #include "core/parallel.h"
 #include "core/stages.h"
 #include "cpu/activation.h"
+#include "cpu/ep_stages.h"
 #include "cpu/finalize.h"
 #include "cpu/gemm.h"
 #include "cpu/permute.h"
 #include "cpu/quant.h"
 #include "cpu/routing.h"
+#include "moekit/comm.h"
+#include "moekit/quant.h"
 
 namespace moekit::cpu {
 namespace {
@@ -18,6 +21,15 @@ using core::StageProblem;
 using core::Workspace;
 
 float scalar_or_zero(const TensorView& t) { return t.defined() ? t.ptr<float>()[0] : 0.0f; }
+
+// The fp8-tensor scale of x [n]: the static one, or under EP the group's (the amax of every
+// rank's rows, as ep = 1 takes it over the whole batch); 0 leaves it to quantize_rows.
+float tensor_scale(const StageProblem& p, float static_scale, const float* x, std::int64_t n, Stream stream) {
+  if (p.config.quant.scheme != QuantScheme::fp8_tensor || static_scale > 0.0f || !p.group) return static_scale;
+  float m = amax(x, n);
+  p.group->all_reduce_max(&m, 1, stream);
+  return fp8_scale(m, p.config.quant.scale_format);
+}
 
 class Router final : public core::RouterStage {
  public:
@@ -35,7 +47,7 @@ class Prepare final : public core::PrepareStage {
   std::size_t workspace_size(const StageProblem& p) const override {
     return std::size_t(p.tokens * p.config.hidden_size) * sizeof(float);
   }
-  void run(const StageProblem& p, const core::PrepareArgs& args, Workspace ws, Stream) const override {
+  void run(const StageProblem& p, const core::PrepareArgs& args, Workspace ws, Stream stream) const override {
     const std::int64_t t_count = p.tokens, h = p.config.hidden_size;
     float* x = reinterpret_cast<float*>(ws.data);
     const bf16* hidden = args.hidden.ptr<bf16>();
@@ -50,7 +62,7 @@ class Prepare final : public core::PrepareStage {
         }
       }
     });
-    quantize_rows({p.config.quant, static_scale_}, x, t_count, h, args.out);
+    quantize_rows({p.config.quant, tensor_scale(p, static_scale_, x, t_count * h, stream)}, x, t_count, h, args.out);
   }
 
  private:
@@ -69,7 +81,7 @@ class Experts final : public core::ExpertsStage {
     return c.used();
   }
 
-  void run(const StageProblem& p, const core::ExpertsArgs& args, Workspace ws, Stream) const override {
+  void run(const StageProblem& p, const core::ExpertsArgs& args, Workspace ws, Stream stream) const override {
     const MoEConfig& cfg = p.config;
     Carver c(ws.data);
     const Buffers b = carve(c, p);
@@ -91,7 +103,7 @@ class Experts final : public core::ExpertsStage {
       for (std::int64_t r = begin; r < end; ++r) activate_row(act, h1 + r * width, x2 + r * inter);
     });
     const QuantizedRows a2 = prefix(b.a2, scheme, rows);
-    quantize_rows({cfg.quant, w2_static_scale_}, x2, rows, inter, a2);
+    quantize_rows({cfg.quant, tensor_scale(p, w2_static_scale_, x2, rows * inter, stream)}, x2, rows, inter, a2);
 
     grouped_gemm({scheme, a2, b.offsets, weights_.w2, weights_.w2_scale, args.expert_out.ptr<bf16>()});
   }
@@ -162,6 +174,7 @@ class CpuBackend final : public core::BackendImpl {
     s.finalize = std::make_unique<Finalize>();
     return s;
   }
+  std::unique_ptr<core::EpStages> make_ep_stages() const override { return cpu::make_ep_stages(); }
   core::DeviceBuffer allocate(std::size_t bytes) const override {
     return core::DeviceBuffer(static_cast<std::byte*>(std::malloc(bytes ? bytes : 1)),
                               [](std::byte* p) { std::free(p); });

@@ -8,6 +8,7 @@
 #include "cpu/activation.h"
 #include "cpu/gemm.h"
 #include "cpu/quant.h"
+#include "moekit/quant.h"
 
 namespace moekit::cpu {
 namespace {
@@ -66,12 +67,12 @@ double activation64(const MoEConfig& c, double gate, double up) {
 
 }  // namespace
 
-void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
+ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::function<float(float)>& reduce_amax) {
   const MoEConfig& c = in.config;
   const QuantScheme scheme = c.quant.scheme;
   const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size, inter = c.intermediate_size;
   const float a1_static = in.weights.w13_input_scale.defined() ? in.weights.w13_input_scale.ptr<float>()[0] : 0.0f;
-  const float a2_static = in.weights.w2_input_scale.defined() ? in.weights.w2_input_scale.ptr<float>()[0] : 0.0f;
+  float a2_static = in.weights.w2_input_scale.defined() ? in.weights.w2_input_scale.ptr<float>()[0] : 0.0f;
 
   // 1. The input rows, quantized per token (per tensor for fp8-tensor).
   std::vector<float> x(std::size_t(tokens * h));
@@ -96,25 +97,51 @@ void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
     }
   });
 
-  // 3. Requantize, GEMM2, and sum each token's slots in slot order.
+  // 3. Requantize (over the group's amax under EP) and GEMM2.
+  if (scheme == QuantScheme::fp8_tensor && a2_static <= 0.0f && reduce_amax)
+    a2_static = fp8_scale(reduce_amax(amax(act.data(), n_pairs * inter)), c.quant.scale_format);
   Tensor a2q, a2s;
   const QuantizedRows a2 = rows_buffer(scheme, n_pairs, inter, a2q, a2s);
   quantize_rows({c.quant, a2_static}, act.data(), n_pairs, inter, a2);
-  std::vector<bf16> y(std::size_t(n_pairs * h));
+  ExpertRows rows;
+  rows.values.resize(std::size_t(n_pairs * h));
   core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t p = b; p < e; ++p) {
       const ExpertMatrix w = expert_matrix(in.weights.w2, in.weights.w2_scale, scheme, pairs[std::size_t(p)].expert);
-      gemm_row(scheme, activation_row(a2, scheme, p), w, 0, w.n, y.data() + p * h);
+      gemm_row(scheme, activation_row(a2, scheme, p), w, 0, w.n, rows.values.data() + p * h);
     }
   });
-  std::vector<float> sum(std::size_t(tokens * h), 0.0f);
-  for (std::int64_t p = 0; p < n_pairs; ++p) {
-    const Pair& pr = pairs[std::size_t(p)];
-    const float weight = weights_on_input(c) ? 1.0f : in.topk_weights.ptr<float>()[pr.token * c.top_k() + pr.slot];
-    for (std::int64_t i = 0; i < h; ++i)
-      sum[std::size_t(pr.token * h + i)] += weight * bf16_to_float(y[std::size_t(p * h + i)]);
+  for (const Pair& pr : pairs) {
+    rows.token.push_back(pr.token);
+    rows.slot.push_back(pr.slot);
   }
-  for (std::int64_t i = 0; i < tokens * h; ++i) out.ptr<bf16>()[i] = float_to_bf16(sum[std::size_t(i)]);
+  return rows;
+}
+
+void sum_slots(const bf16* const* rows, const float* weights, std::int64_t tokens, int k, std::int64_t h, bf16* out) {
+  core::parallel_for(tokens, 4, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t t = b; t < e; ++t)
+      for (std::int64_t i = 0; i < h; ++i) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          const bf16* row = rows[t * k + j];
+          if (row) sum += (weights ? weights[t * k + j] : 1.0f) * bf16_to_float(row[i]);
+        }
+        out[t * h + i] = float_to_bf16(sum);
+      }
+  });
+}
+
+void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
+  const MoEConfig& c = in.config;
+  const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size;
+  const int k = c.top_k();
+  const ExpertRows rows = pipeline_reference_rows(in);
+  std::vector<const bf16*> slots(std::size_t(tokens * k), nullptr);
+  for (std::size_t p = 0; p < rows.token.size(); ++p)
+    slots[std::size_t(rows.token[p] * k + rows.slot[p])] = rows.values.data() + std::int64_t(p) * h;
+  sum_slots(slots.data(), weights_on_input(c) ? nullptr : in.topk_weights.ptr<float>(), tokens, k, h,
+            out.ptr<bf16>());
 }
 
 std::vector<double> ideal_reference(const ReferenceInputs& in, const core::MasterWeights& master) {

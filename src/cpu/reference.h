@@ -6,6 +6,8 @@
 //   quantization costs.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/master_weights.h"
@@ -25,6 +27,23 @@ struct ReferenceInputs {
 
 // out [T, H] bf16; rows of tokens with no local expert are zero.
 void pipeline_reference(const ReferenceInputs& in, const TensorView& out);
+
+// The pipeline reference's expert outputs before the weighted sum: one bf16 row per (token,
+// slot) whose expert is local, in (token, slot) order. Under EP each rank computes its
+// experts' rows for the whole batch; reduce_amax then turns this rank's fp8-tensor dynamic
+// amax of the activations into the group's (as ep = 1 takes it over every expert's rows).
+struct ExpertRows {
+  std::vector<std::int64_t> token;  // [P]
+  std::vector<std::int32_t> slot;   // [P]
+  std::vector<bf16> values;         // [P, H]
+};
+ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::function<float(float)>& reduce_amax = {});
+
+// out[t] = bf16(sum over slots j ascending of w[t, j] * row(t, j)), f32 sums, as the ep = 1
+// finalize adds them; rows[t * k + j] null for a slot with no row. weights null when they
+// went on the input.
+void sum_slots(const bf16* const* rows, const float* weights, std::int64_t tokens, int top_k, std::int64_t hidden,
+               bf16* out);
 
 // Returns [T * H] in f64.
 std::vector<double> ideal_reference(const ReferenceInputs& in, const core::MasterWeights& master);

@@ -25,7 +25,7 @@ TEST_P(CpuLayerIdeal, WithinQuantizationLevel) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer tl = make_test_layer(c, seed);
   const Inputs in = make_inputs(c, tl, seed);
-  Layer layer(config_of(c), tl.weights());
+  Layer layer(config_of(c), tl.weights(), options_of(c));
   const Tensor out = run_external(layer, in.hidden, in.routing);
   const std::vector<double> ref = f64_layer(config_of(c), tl.weights(), in.hidden, in.routing);
   const double err = relative_error(out, ref);
@@ -152,11 +152,11 @@ TEST_P(CpuLayerIdealMutation, ExceedsTheBound) {
   const std::vector<double> ref = f64_layer(config_of(c), tl.weights(), in.hidden, in.routing);
   // The same check as above passes first, so that only the mutation makes the difference.
   {
-    Layer layer(config_of(c), tl.weights());
+    Layer layer(config_of(c), tl.weights(), options_of(c));
     ASSERT_LE(relative_error(run_external(layer, in.hidden, in.routing), ref), bound_of(c.scheme));
   }
   mutate(tl.synthetic, config_of(c), m.mutation);
-  Layer layer(config_of(c), tl.weights());
+  Layer layer(config_of(c), tl.weights(), options_of(c));
   const double err = relative_error(run_external(layer, in.hidden, in.routing), ref);
   EXPECT_GT(err, 1.5 * bound_of(c.scheme));
   RecordProperty("relative_error", std::to_string(err));
@@ -201,7 +201,7 @@ TEST_P(CpuLayerTop1Sigmoid, WeightOnInputDiffersFromOutput) {
   const MoEConfig config = config_of(c);
   ASSERT_EQ(config.routing.effective_placement(), WeightPlacement::input);
 
-  Layer layer(config, tl.weights());
+  Layer layer(config, tl.weights(), options_of(c));
   Tensor out = poisoned_out(c.tokens, c.hidden);
   layer.forward(FusedArgs{in.hidden.view(), in.logits.view(), out.view(), {}, {}});
   const std::vector<double> on_input = f64_layer(config, tl.weights(), in.hidden, in.routing);

@@ -27,7 +27,7 @@ TEST_P(CpuLayerPipeline, BitIdenticalToPipelineReference) {
   const MoEConfig config = config_of(c);
   const TestLayer tl = make_test_layer(c, seed);
   const Inputs in = make_inputs(c, tl, seed);
-  Layer layer(config, tl.weights());
+  Layer layer(config, tl.weights(), options_of(c));
   EXPECT_EQ(layer.backend_name(), "cpu");
 
   Tensor out = poisoned_out(c.tokens, c.hidden);
@@ -162,7 +162,7 @@ TEST_P(CpuLayerEp, RanksAddUpToEp1) {
     c.ep_size = 2, c.ep_rank = rank;
     const MoEConfig config = config_of(c);
     const TestLayer tl = make_test_layer(c, seed);
-    Layer layer(config, tl.weights());
+    Layer layer(config, tl.weights(), options_of(c));
     parts.push_back(run_external(layer, in.hidden, in.routing));
     EXPECT_EQ(bit_differences(parts.back(), run_pipeline_reference(config, tl.weights(), in.hidden, in.routing)), 0);
     // Only local experts contribute: a token with none of its experts here gets exact zeros.

@@ -78,6 +78,13 @@ inline MoEConfig config_of(const LayerCase& c) {
   return m;
 }
 
+// An ep_size > 1 case is one rank's share alone (no communicator, no exchange).
+inline LayerOptions options_of(const LayerCase& c) {
+  LayerOptions o;
+  if (c.ep_size > 1) o.ep.scope = EpScope::this_rank;
+  return o;
+}
+
 inline Tensor scalar(float v) {
   Tensor t(DType::f32, {1});
   t.ptr<float>()[0] = v;

@@ -4,6 +4,7 @@
 #include "core/stages.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/ep/ep_stages.h"
 #include "cuda/finalize/finalize.h"
 #include "cuda/layer/device_weights.h"
 #include "cuda/layer/experts.h"
@@ -107,7 +108,10 @@ class CudaBackend final : public core::BackendImpl {
     if (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0)
       return Status::no("the grouped GEMMs need H and I multiples of 16, given H=" + std::to_string(c.hidden_size) +
                         " I=" + std::to_string(c.intermediate_size));
-    if (c.ep_size > 1) return Status::no("expert parallelism on GPUs runs through the EP layer, not this one");
+    // EP (LayerOptions::comm over NCCL): fp8-tensor's dynamic scales would need the group-wide
+    // amax inside the quantize kernels (the CPU backend reduces it; these do not yet).
+    if (c.ep_size > 1 && c.quant.scheme == QuantScheme::fp8_tensor)
+      return Status::no("expert parallelism with fp8-tensor: the group-wide amax is not wired into the CUDA quantize");
     return Status::ok();
   }
 
@@ -121,6 +125,8 @@ class CudaBackend final : public core::BackendImpl {
     s.keep_alive = holder;
     return s;
   }
+
+  std::unique_ptr<core::EpStages> make_ep_stages() const override { return cuda::make_ep_stages(); }
 
   core::DeviceBuffer allocate(std::size_t bytes) const override {
     void* p = nullptr;

@@ -1,0 +1,73 @@
+// Expert parallelism, planned on the host (DESIGN §7): which token goes to which rank with
+// which share of its routing, and where each expert row comes back to. Pure functions of
+// the routing, so every rank derives the same layout its peers assume.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "moekit/config.h"
+#include "moekit/layer.h"
+
+namespace moekit::core {
+
+// The rank that owns a global expert id.
+inline int owner_of(std::int64_t expert, const MoEConfig& c) { return int(expert / c.local_experts()); }
+
+// One dispatched token on the wire, fixed size, 16-byte aligned fields first:
+//   weights [k] f32 | ids [k] i32 | scales [n_scales] f32 | values [H] fp8 or bf16 | pad to 16
+// Only the destination's share of the routing travels: ids it does not own are -1 (weight 0).
+// fp8-tensor's one scale is the same on every rank (a group-wide amax) and does not travel.
+struct EpRecordLayout {
+  int top_k = 0;
+  std::int64_t n_scales = 0;    // 0 (bf16, fp8-tensor), 1 (fp8-rowwise), ceil(H/128) (fp8-block)
+  std::size_t weights = 0, ids = 0, scales = 0, values = 0;  // byte offsets
+  std::size_t value_bytes = 0;  // H * element size
+  std::size_t bytes = 0;        // the record
+
+  static EpRecordLayout of(const MoEConfig& config);
+};
+
+// What this rank sends and how it reassembles what comes back.
+struct EpSendPlan {
+  std::int64_t capacity = 0;            // records per destination in fixed-capacity mode; 0: exact counts
+  std::vector<std::int64_t> counts;     // [ep] records for each rank (capacity each in fixed mode)
+  std::vector<std::int64_t> offsets;    // [ep] first record of each rank's block
+  std::vector<std::int32_t> token;      // [S] source token of each record; -1 = padding (ids all -1)
+  std::vector<std::int32_t> ids;        // [S, k] the ids the destination owns, else -1
+  std::vector<float> weights;           // [S, k] their weights, else 0
+
+  // Combine. Rows come back in blocks by rank: rows_back[d] from rank d at rows_back_offsets[d].
+  std::vector<std::int64_t> rows_back, rows_back_offsets;  // [ep]
+  // exact: the row of the combine buffer holding slot (t, j), -1 for none.  [T, k]
+  std::vector<std::int32_t> slot_rows;
+  // partial: token t's rows are token_rows[token_row_offsets[t] .. token_row_offsets[t+1]), by rank.
+  std::vector<std::int64_t> token_row_offsets;  // [T + 1]
+  std::vector<std::int32_t> token_rows;
+
+  std::int64_t records() const { return std::int64_t(token.size()); }
+  std::int64_t rows_back_total() const;
+};
+
+// Builds the plan from this rank's routing (host memory): topk_ids [T, k] global ids, -1 = none.
+// capacity > 0 selects the fixed-capacity layout (T <= capacity, checked by the caller).
+void plan_dispatch(const std::int32_t* topk_ids, const float* topk_weights, std::int64_t tokens,
+                   const MoEConfig& config, std::int64_t capacity, EpCombine combine, EpSendPlan& plan);
+
+// Exact combine, on the receiving rank: which expert_out row goes back as each returned row,
+// from the received routing (recv_ids [R, k]) and the experts' slot_rows [R, k].
+// Rows of records from source s form block s; within it, records in order, slots ascending.
+// Fixed capacity keeps every (record, slot) position (-1 = a row of zeros).
+struct EpReturnPlan {
+  std::vector<std::int64_t> counts, offsets;  // [ep] rows back to each source rank
+  std::vector<std::int32_t> rows;             // rows of expert_out, in send order; -1 = zeros
+};
+void plan_return(std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_offsets,
+                 const std::int32_t* slot_rows, int top_k, bool fixed_capacity, EpReturnPlan& plan);
+
+// offsets[i] = sum of counts[0..i).
+std::vector<std::int64_t> exclusive_sum(std::span<const std::int64_t> counts);
+
+}  // namespace moekit::core

@@ -1,0 +1,69 @@
+// The EP stages of one backend (DESIGN §6, §7): packing what leaves a rank into records,
+// unpacking what arrives, and the two combines' row movement. The Communicator moves the
+// bytes in between; the backend's own Prepare, Experts and Finalize do the math, so an
+// ep = N run does exactly the arithmetic of ep = 1. Index arrays come from the host plan
+// (core/ep_plan.h), already copied into the backend's memory by the pipeline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ep_plan.h"
+#include "core/rows.h"
+#include "moekit/backend.h"
+#include "moekit/tensor.h"
+
+namespace moekit::core {
+
+// Dispatch, sending side: record r = token[r]'s prepared row and (ids, weights)[r].
+struct EpPackArgs {
+  QuantizedRows in;               // [T, H] this rank's prepared rows
+  const std::int32_t* token;      // [S] source token of each record; -1 = padding
+  const std::int32_t* ids;        // [S, k]
+  const float* weights;           // [S, k]
+  std::int64_t records = 0;       // S
+  std::byte* out = nullptr;       // [S, layout.bytes]
+};
+
+// Dispatch, receiving side: records back into rows the Experts stage takes.
+struct EpUnpackArgs {
+  const std::byte* records = nullptr;  // [R, layout.bytes]
+  std::int64_t count = 0;              // R
+  QuantizedRows rows;                  // [R, H]
+  TensorView topk_ids;                 // [R, k] i32
+  TensorView topk_weights;             // [R, k] f32
+  const float* tensor_scale = nullptr; // fp8-tensor: [1] the group's scale (this rank's prepared one)
+};
+
+// Exact combine, receiving side: out row i = expert_out row rows[i] (-1: zeros).
+struct EpGatherArgs {
+  const bf16* expert_out = nullptr;  // [max_rows(R), H]
+  const std::int32_t* rows = nullptr;
+  std::int64_t count = 0;
+  std::int64_t hidden = 0;
+  bf16* out = nullptr;  // [count, H]
+};
+
+// Partial combine, sending side: out[t] = bf16(sum over token t's rows, in order), f32 sums.
+struct EpSumArgs {
+  const bf16* rows = nullptr;                  // [rows, H]
+  const std::int64_t* token_row_offsets = nullptr;  // [T + 1]
+  const std::int32_t* token_rows = nullptr;
+  std::int64_t tokens = 0;
+  std::int64_t hidden = 0;
+  bf16* out = nullptr;  // [T, H]
+};
+
+class EpStages {
+ public:
+  virtual ~EpStages() = default;
+  // Copies between the host and the backend's memory (plain memcpy on the CPU).
+  virtual void to_device(void* dst, const void* src, std::size_t bytes, Stream stream) const = 0;
+  virtual void to_host(void* dst, const void* src, std::size_t bytes, Stream stream) const = 0;
+  virtual void pack(const EpRecordLayout& layout, const EpPackArgs& args, Stream stream) const = 0;
+  virtual void unpack(const EpRecordLayout& layout, const EpUnpackArgs& args, Stream stream) const = 0;
+  virtual void gather_rows(const EpGatherArgs& args, Stream stream) const = 0;
+  virtual void sum_rows(const EpSumArgs& args, Stream stream) const = 0;
+};
+
+}  // namespace moekit::core

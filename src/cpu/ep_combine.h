@@ -1,0 +1,15 @@
+// EP combine on the CPU: the rows an exact combine returns, and the partial combine's sum.
+#pragma once
+
+#include "core/ep_stages.h"
+
+namespace moekit::cpu {
+
+// out[i] = expert_out[rows[i]], a row of zeros for -1.
+void gather_expert_rows(const core::EpGatherArgs& args);
+
+// out[t] = bf16(sum of token t's rows in order), f32 sums: the partial sums of the ranks,
+// added in rank order.
+void sum_token_rows(const core::EpSumArgs& args);
+
+}  // namespace moekit::cpu

@@ -1,0 +1,254 @@
+// The GPU path of expert parallelism: the NCCL communicator with one rank on one GPU, the
+// CUDA EP stages against the CPU's byte for byte, and (once a CUDA backend is registered)
+// an EP layer over NCCL against the same layer without EP. Skips without a GPU or NCCL.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/ep_plan.h"
+#include "core/synthetic.h"
+#include "cpu/ep_stages.h"
+#include "cpu/quant.h"
+#include "cuda/ep/ep_stages.h"
+#include "moekit/moekit.h"
+#include "test_util.h"
+
+namespace moekit::test {
+namespace {
+
+bool have_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define SKIP_WITHOUT_GPU_AND_NCCL()                                       \
+  do {                                                                    \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";                    \
+    if (!nccl_available()) GTEST_SKIP() << "built without NCCL";          \
+  } while (0)
+
+// Device memory holding a copy of host bytes; copies back on request.
+class Gpu {
+ public:
+  explicit Gpu(std::size_t bytes) : bytes_(bytes) { EXPECT_EQ(cudaMalloc(&p_, bytes ? bytes : 1), cudaSuccess); }
+  template <class T>
+  explicit Gpu(const std::vector<T>& host) : Gpu(host.size() * sizeof(T)) {
+    cudaMemcpy(p_, host.data(), bytes_, cudaMemcpyHostToDevice);
+  }
+  ~Gpu() { cudaFree(p_); }
+  Gpu(const Gpu&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  template <class T>
+  std::vector<T> host() const {
+    std::vector<T> v(bytes_ / sizeof(T));
+    cudaMemcpy(v.data(), p_, bytes_, cudaMemcpyDeviceToHost);
+    return v;
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_;
+};
+
+TEST(CudaEpNccl, CommunicatorOfOneRankOnAGpu) {
+  SKIP_WITHOUT_GPU_AND_NCCL();
+  const std::unique_ptr<Communicator> self = make_self_communicator();
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0, {std::chrono::seconds(30)});
+  EXPECT_EQ(nccl->size(), 1);
+  EXPECT_EQ(nccl->device(), Device::cuda);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+
+  Gpu values(std::vector<float>{1.0f, -2.0f, 3.0f});
+  nccl->all_reduce_max(values.as<float>(), 3, stream);
+  // 10 units of 3 bytes from offset 2 of send to offset 5 of recv.
+  std::vector<std::uint8_t> bytes(40);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::uint8_t(i * 7 + 1);
+  Gpu send(bytes), recv(std::vector<std::uint8_t>(60, 0));
+  const std::vector<std::int64_t> count{10}, send_at{2}, recv_at{5};
+  nccl->all_to_all_v({send.as<void>(), count, send_at, recv.as<void>(), count, recv_at, 3}, stream);
+  Gpu gathered(std::vector<std::uint8_t>(40, 0));
+  nccl->all_gather(send.as<void>(), gathered.as<void>(), 40, stream);
+  nccl->broadcast(gathered.as<void>(), 40, 0, stream);
+  nccl->synchronize(stream);
+  nccl->barrier(stream);
+
+  EXPECT_EQ(values.host<float>(), (std::vector<float>{1.0f, -2.0f, 3.0f}));
+  const std::vector<std::uint8_t> got = recv.host<std::uint8_t>();
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(got[std::size_t(15 + i)], bytes[std::size_t(6 + i)]) << i;
+  EXPECT_EQ(got[14], 0);
+  EXPECT_EQ(got[45], 0);
+  EXPECT_EQ(gathered.host<std::uint8_t>(), bytes);
+  cudaStreamDestroy(stream);
+}
+
+// Prepared rows, a plan and the records both ways: the GPU must write the CPU's bytes.
+class CudaEpStagesGrid : public ::testing::TestWithParam<QuantScheme> {};
+
+TEST_P(CudaEpStagesGrid, MatchTheCpuByteForByte) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  MoEConfig c;
+  c.num_experts = 12;
+  c.hidden_size = 256;
+  c.intermediate_size = 256;
+  c.routing.top_k = 4;
+  c.quant.scheme = GetParam();
+  c.ep_size = 3;
+  const std::int64_t tokens = 37, h = c.hidden_size, k = c.top_k();
+  const core::EpRecordLayout layout = core::EpRecordLayout::of(c);
+
+  // Prepared rows: the CPU's quantization of random values.
+  std::vector<float> x(std::size_t(tokens * h));
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  Tensor q(activation_dtype(c.quant.scheme), {tokens, h}), s;
+  QuantizedRows rows{q.view(), {}};
+  if (c.quant.scheme != QuantScheme::bf16) {
+    s = Tensor(DType::f32, scale_shape(c.quant.scheme, tokens, h));
+    rows.scales = s.view();
+  }
+  cpu::quantize_rows({c.quant, 0.0f}, x.data(), tokens, h, rows);
+  std::vector<std::int32_t> ids(std::size_t(tokens * k));
+  std::vector<float> weights(ids.size());
+  std::uniform_int_distribution<int> expert(-1, 11);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = expert(rng);
+    weights[i] = 0.25f + float(i % 7);
+  }
+  core::EpSendPlan plan;
+  plan_dispatch(ids.data(), weights.data(), tokens, c, tokens % 2 ? 0 : tokens, EpCombine::partial, plan);
+  const std::int64_t records = plan.records();
+
+  const std::unique_ptr<core::EpStages> cpu = cpu::make_ep_stages(), gpu = cuda::make_ep_stages();
+  std::vector<std::uint8_t> cpu_records(std::size_t(records) * layout.bytes, 0xab);
+  cpu->pack(layout, {rows, plan.token.data(), plan.ids.data(), plan.weights.data(), records,
+                     reinterpret_cast<std::byte*>(cpu_records.data())},
+            nullptr);
+  const std::vector<std::uint8_t> q_host(static_cast<std::uint8_t*>(q.view().data),
+                                         static_cast<std::uint8_t*>(q.view().data) + q.nbytes());
+  const std::vector<float> s_host(s.defined() ? s.ptr<float>() : nullptr, s.defined() ? s.ptr<float>() + s.numel() : nullptr);
+  Gpu q_gpu(q_host), s_gpu(s_host), token_gpu(plan.token), ids_gpu(plan.ids), weights_gpu(plan.weights);
+  Gpu records_gpu(std::vector<std::uint8_t>(cpu_records.size(), 0xcd));
+  QuantizedRows rows_gpu{TensorView::contiguous(q_gpu.as<void>(), q.dtype(), {tokens, h}, Device::cuda), {}};
+  if (s.defined()) rows_gpu.scales = TensorView::contiguous(s_gpu.as<void>(), DType::f32, s.shape(), Device::cuda);
+  gpu->pack(layout, {rows_gpu, token_gpu.as<std::int32_t>(), ids_gpu.as<std::int32_t>(), weights_gpu.as<float>(),
+                     records, records_gpu.as<std::byte>()},
+            nullptr);
+  ASSERT_EQ(records_gpu.host<std::uint8_t>(), cpu_records) << "seed " << seed;
+
+  // Unpack what was packed, on both.
+  Tensor uq(q.dtype(), {records, h}), us, uids(DType::i32, {records, k}), uw(DType::f32, {records, k});
+  QuantizedRows un{uq.view(), {}};
+  const std::int64_t n_scales = layout.n_scales ? records * layout.n_scales : (s.defined() ? 1 : 0);
+  if (n_scales) {
+    us = Tensor(DType::f32, {n_scales});
+    un.scales = us.view();
+  }
+  const float* tensor_scale = c.quant.scheme == QuantScheme::fp8_tensor ? s.ptr<float>() : nullptr;
+  cpu->unpack(layout, {reinterpret_cast<std::byte*>(cpu_records.data()), records, un, uids.view(), uw.view(), tensor_scale},
+              nullptr);
+  Gpu gq(uq.nbytes()), gs(sizeof(float) * std::size_t(std::max<std::int64_t>(n_scales, 1))), gids(uids.nbytes()),
+      gw(uw.nbytes());
+  QuantizedRows gun{TensorView::contiguous(gq.as<void>(), q.dtype(), {records, h}, Device::cuda), {}};
+  if (n_scales) gun.scales = TensorView::contiguous(gs.as<void>(), DType::f32, {n_scales}, Device::cuda);
+  gpu->unpack(layout,
+              {records_gpu.as<std::byte>(), records, gun,
+               TensorView::contiguous(gids.as<void>(), DType::i32, {records, k}, Device::cuda),
+               TensorView::contiguous(gw.as<void>(), DType::f32, {records, k}, Device::cuda),
+               tensor_scale ? s_gpu.as<float>() : nullptr},
+              nullptr);
+  const auto gq_host = gq.host<std::uint8_t>();
+  EXPECT_EQ(std::memcmp(gq_host.data(), uq.view().data, uq.nbytes()), 0);
+  EXPECT_EQ(gids.host<std::int32_t>(), std::vector<std::int32_t>(uids.ptr<std::int32_t>(), uids.ptr<std::int32_t>() + uids.numel()));
+  if (n_scales) {
+    const auto gs_host = gs.host<float>();
+    EXPECT_EQ(std::memcmp(gs_host.data(), us.view().data, us.nbytes()), 0);
+  }
+
+  // Gather rows (with -1) and sum rows, on bf16 rows.
+  std::vector<std::uint16_t> expert_out(std::size_t(records * h));
+  for (std::size_t i = 0; i < expert_out.size(); ++i) expert_out[i] = float_to_bf16(normal(rng)).bits;
+  std::vector<std::int32_t> pick(static_cast<std::size_t>(records));
+  std::uniform_int_distribution<int> row(-1, int(records) - 1);
+  for (auto& p : pick) p = row(rng);
+  std::vector<std::uint16_t> cpu_out(pick.size() * std::size_t(h));
+  cpu->gather_rows({reinterpret_cast<const bf16*>(expert_out.data()), pick.data(), records, h,
+                    reinterpret_cast<bf16*>(cpu_out.data())},
+                   nullptr);
+  Gpu eo(expert_out), pk(pick), go(cpu_out.size() * 2);
+  gpu->gather_rows({eo.as<bf16>(), pk.as<std::int32_t>(), records, h, go.as<bf16>()}, nullptr);
+  EXPECT_EQ(go.host<std::uint16_t>(), cpu_out);
+  std::vector<std::uint16_t> cpu_sum(std::size_t(tokens * h));
+  cpu->sum_rows({reinterpret_cast<const bf16*>(expert_out.data()), plan.token_row_offsets.data(), plan.token_rows.data(),
+                 tokens, h, reinterpret_cast<bf16*>(cpu_sum.data())},
+                nullptr);
+  Gpu off(plan.token_row_offsets), tr(plan.token_rows), gsum(cpu_sum.size() * 2);
+  gpu->sum_rows({eo.as<bf16>(), off.as<std::int64_t>(), tr.as<std::int32_t>(), tokens, h, gsum.as<bf16>()}, nullptr);
+  EXPECT_EQ(gsum.host<std::uint16_t>(), cpu_sum) << "seed " << seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryScheme, CudaEpStagesGrid,
+                         ::testing::Values(QuantScheme::bf16, QuantScheme::fp8_tensor, QuantScheme::fp8_rowwise,
+                                           QuantScheme::fp8_block),
+                         [](const ::testing::TestParamInfo<QuantScheme>& info) {
+                           std::string name(to_string(info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// An EP layer of one rank over NCCL against the same layer without EP, on the GPU backend.
+TEST(CudaEpNccl, OneRankEpLayerMatchesTheLocalLayer) {
+  SKIP_WITHOUT_GPU_AND_NCCL();
+  const std::vector<std::string> names = backend_names();
+  if (std::find(names.begin(), names.end(), "cuda") == names.end())
+    GTEST_SKIP() << "no cuda backend in this build: the NCCL layer path waits for it";
+  MoEConfig c;
+  c.num_experts = 12;
+  c.hidden_size = 256;
+  c.intermediate_size = 256;
+  c.routing.top_k = 4;
+  c.quant.scheme = QuantScheme::fp8_block;
+  const std::uint64_t seed = fresh_seed();
+  const core::SyntheticLayer weights = core::make_synthetic_layer(c, seed);
+  const std::unique_ptr<Communicator> self = make_self_communicator();
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0);
+  LayerOptions local_options;
+  local_options.backend = "cuda";
+  Layer local(c, weights.weights(), local_options);
+  const std::int64_t tokens = 33;
+  const Tensor hidden = core::make_hidden(tokens, c.hidden_size, seed);
+  const Tensor logits = core::make_router_logits(tokens, c.num_experts, DType::f32, seed);
+  const std::vector<std::uint8_t> hidden_bytes(static_cast<std::uint8_t*>(hidden.view().data),
+                                               static_cast<std::uint8_t*>(hidden.view().data) + hidden.nbytes());
+  const std::vector<std::uint8_t> logits_bytes(static_cast<std::uint8_t*>(logits.view().data),
+                                               static_cast<std::uint8_t*>(logits.view().data) + logits.nbytes());
+  Gpu h(hidden_bytes), l(logits_bytes), out_local(hidden.nbytes()), out_ep(hidden.nbytes());
+  auto view = [&](const Gpu& g, DType d, std::int64_t cols) {
+    return TensorView::contiguous(g.as<void>(), d, {tokens, cols}, Device::cuda);
+  };
+  for (EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
+    LayerOptions ep_options = local_options;
+    ep_options.comm = nccl.get();
+    ep_options.ep.combine = combine;  // one rank: one partial sum per token, the local result too
+    Layer ep(c, weights.weights(), ep_options);
+    local.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
+                            view(out_local, DType::bf16, c.hidden_size), {}, {}});
+    ep.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
+                         view(out_ep, DType::bf16, c.hidden_size), {}, {}});
+    cudaDeviceSynchronize();
+    EXPECT_EQ(out_local.host<std::uint16_t>(), out_ep.host<std::uint16_t>())
+        << to_string(combine) << ", seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace moekit::test
