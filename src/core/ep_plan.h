@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/ep_stages.h"
 #include "moekit/config.h"
 #include "moekit/layer.h"
 
@@ -15,20 +16,6 @@ namespace moekit::core {
 
 // The rank that owns a global expert id.
 inline int owner_of(std::int64_t expert, const MoEConfig& c) { return int(expert / c.local_experts()); }
-
-// One dispatched token on the wire, fixed size, 16-byte aligned fields first:
-//   weights [k] f32 | ids [k] i32 | scales [n_scales] f32 | values [H] fp8 or bf16 | pad to 16
-// Only the destination's share of the routing travels: ids it does not own are -1 (weight 0).
-// fp8-tensor's one scale is the same on every rank (a group-wide amax) and does not travel.
-struct EpRecordLayout {
-  int top_k = 0;
-  std::int64_t n_scales = 0;    // 0 (bf16, fp8-tensor), 1 (fp8-rowwise), ceil(H/128) (fp8-block)
-  std::size_t weights = 0, ids = 0, scales = 0, values = 0;  // byte offsets
-  std::size_t value_bytes = 0;  // H * element size
-  std::size_t bytes = 0;        // the record
-
-  static EpRecordLayout of(const MoEConfig& config);
-};
 
 // What this rank sends and how it reassembles what comes back.
 struct EpSendPlan {

@@ -2,18 +2,33 @@
 // unpacking what arrives, and the two combines' row movement. The Communicator moves the
 // bytes in between; the backend's own Prepare, Experts and Finalize do the math, so an
 // ep = N run does exactly the arithmetic of ep = 1. Index arrays come from the host plan
-// (core/ep_plan.h), already copied into the backend's memory by the pipeline.
+// (core/ep_plan.h), already copied into the backend's memory by the pipeline. C++17-clean:
+// CUDA sources include it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ep_plan.h"
 #include "core/rows.h"
 #include "moekit/backend.h"
+#include "moekit/config.h"
 #include "moekit/tensor.h"
 
 namespace moekit::core {
+
+// One dispatched token on the wire, fixed size, 16-byte aligned fields first:
+//   weights [k] f32 | ids [k] i32 | scales [n_scales] f32 | values [H] fp8 or bf16 | pad to 16
+// Only the destination's share of the routing travels: ids it does not own are -1 (weight 0).
+// fp8-tensor's one scale is the same on every rank (a group-wide amax) and does not travel.
+struct EpRecordLayout {
+  int top_k = 0;
+  std::int64_t n_scales = 0;    // 0 (bf16, fp8-tensor), 1 (fp8-rowwise), ceil(H/128) (fp8-block)
+  std::size_t weights = 0, ids = 0, scales = 0, values = 0;  // byte offsets
+  std::size_t value_bytes = 0;  // H * element size
+  std::size_t bytes = 0;        // the record
+
+  static EpRecordLayout of(const MoEConfig& config);
+};
 
 // Dispatch, sending side: record r = token[r]'s prepared row and (ids, weights)[r].
 struct EpPackArgs {

@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "core/ep_stages.h"
 #include "cuda/ep/ep_kernels.h"
 #include "moekit/error.h"
 

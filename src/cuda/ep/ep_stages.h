@@ -1,13 +1,11 @@
 // The EP stages of the CUDA backend (DESIGN §7): the kernels of ep_kernels.cu behind the
-// core::EpStages contract (core/ep_stages.h), on the backend's stream; NCCL moves the bytes
-// (make_nccl_communicator). C++17-clean, for the backend's .cu files.
+// core::EpStages contract, on the backend's stream; NCCL moves the bytes
+// (make_nccl_communicator).
 #pragma once
 
 #include <memory>
 
-namespace moekit::core {
-class EpStages;
-}
+#include "core/ep_stages.h"
 
 namespace moekit::cuda {
 
