@@ -2,9 +2,11 @@
 // so a dead or stalled peer turns into an Error instead of a hang.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,8 +66,14 @@ class MpiCommunicator final : public Communicator {
       MPI_Datatype& type;
       ~TypeGuard() { MPI_Type_free(&type); }
     } guard{unit};
-    const auto* send = static_cast<const std::byte*>(a.send);
-    auto* recv = static_cast<std::byte*>(a.recv);
+    // MPI reads and writes staging memory, never the caller's: a collective that timed out
+    // stays pending (MPI cannot cancel it) and may still land after the caller freed its
+    // buffers; the staging memory of a broken communicator is never freed.
+    const std::size_t send_bytes = extent(a.send_counts, a.send_offsets) * a.unit_bytes;
+    const std::size_t recv_bytes = extent(a.recv_counts, a.recv_offsets) * a.unit_bytes;
+    std::byte* send = staging(send_bytes + recv_bytes);
+    std::byte* recv = send + send_bytes;
+    if (send_bytes) std::memcpy(send, a.send, send_bytes);
     std::vector<MPI_Request> requests;
     for (int r = 0; r < size_; ++r) {
       const std::size_t rs = std::size_t(r);
@@ -87,35 +95,51 @@ class MpiCommunicator final : public Communicator {
     const std::size_t me = std::size_t(rank_);
     require(sc[me] == rc[me], "all_to_all_v: this rank sends itself " + std::to_string(sc[me]) + " units but expects " +
                                   std::to_string(rc[me]));
-    if (sc[me] > 0)
-      std::memmove(recv + std::size_t(a.recv_offsets[me]) * a.unit_bytes,
-                   send + std::size_t(a.send_offsets[me]) * a.unit_bytes, std::size_t(sc[me]) * a.unit_bytes);
     wait_all(requests, "all_to_all_v");
+    auto* out = static_cast<std::byte*>(a.recv);
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t rs = std::size_t(r), bytes = std::size_t(rc[rs]) * a.unit_bytes;
+      const std::size_t at = std::size_t(a.recv_offsets[rs]) * a.unit_bytes;
+      if (bytes == 0) continue;
+      if (r == rank_) std::memcpy(out + at, send + std::size_t(a.send_offsets[rs]) * a.unit_bytes, bytes);
+      else std::memcpy(out + at, recv + at, bytes);
+    }
   }
 
   void all_gather(const void* send, void* recv, std::size_t bytes, Stream) override {
     usable("all_gather");
     require(bytes <= std::size_t(INT_MAX), "all_gather: too many bytes");
+    std::byte* mine = staging(bytes * std::size_t(size_ + 1));
+    std::byte* all = mine + bytes;
+    if (bytes) std::memcpy(mine, send, bytes);
     MPI_Request request;
-    check(MPI_Iallgather(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, comm_, &request), "MPI_Iallgather");
+    check(MPI_Iallgather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, comm_, &request), "MPI_Iallgather");
     wait(request, "all_gather");
+    if (bytes) std::memcpy(recv, all, bytes * std::size_t(size_));
   }
 
   void all_reduce_max(float* values, std::int64_t count, Stream) override {
     usable("all_reduce_max");
     require(count >= 0 && count <= INT_MAX, "all_reduce_max: count out of range");
+    const std::size_t bytes = sizeof(float) * std::size_t(count);
+    auto* staged = reinterpret_cast<float*>(staging(bytes));
+    if (bytes) std::memcpy(staged, values, bytes);
     MPI_Request request;
-    check(MPI_Iallreduce(MPI_IN_PLACE, values, int(count), MPI_FLOAT, MPI_MAX, comm_, &request), "MPI_Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, staged, int(count), MPI_FLOAT, MPI_MAX, comm_, &request), "MPI_Iallreduce");
     wait(request, "all_reduce_max");
+    if (bytes) std::memcpy(values, staged, bytes);
   }
 
   void broadcast(void* data, std::size_t bytes, int root, Stream) override {
     usable("broadcast");
     require(root >= 0 && root < size_, "broadcast: root out of range");
     require(bytes <= std::size_t(INT_MAX), "broadcast: too many bytes");
+    std::byte* staged = staging(bytes);
+    if (bytes) std::memcpy(staged, data, bytes);
     MPI_Request request;
-    check(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
+    check(MPI_Ibcast(staged, int(bytes), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
     wait(request, "broadcast");
+    if (bytes) std::memcpy(data, staged, bytes);
   }
 
   void barrier(Stream) override {
@@ -137,7 +161,33 @@ class MpiCommunicator final : public Communicator {
   void check(int code, const char* call) {
     if (code == MPI_SUCCESS) return;
     broken_ = std::string(call) + ": " + mpi_error_text(code);
+    quarantine();  // operations posted before this one may still be pending
     throw Error(where() + ": " + broken_);
+  }
+
+  // Bytes (in units) up to the end of the last nonempty block.
+  static std::size_t extent(std::span<const std::int64_t> counts, std::span<const std::int64_t> offsets) {
+    std::size_t end = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      if (counts[i] > 0) end = std::max(end, std::size_t(offsets[i] + counts[i]));
+    return end;
+  }
+
+  // At least `bytes` of the communicator's staging memory (grown, never shrunk).
+  std::byte* staging(std::size_t bytes) {
+    if (bytes > staging_bytes_) {
+      staging_.reset(new std::byte[bytes]);
+      staging_bytes_ = bytes;
+    }
+    return staging_.get();
+  }
+
+  // A collective timed out and may still write into the staging memory: it stays allocated
+  // (and reachable, so leak checkers see no leak) until the process ends.
+  void quarantine() {
+    static auto* kept = new std::vector<std::unique_ptr<std::byte[]>>();
+    if (staging_) kept->push_back(std::move(staging_));
+    staging_bytes_ = 0;
   }
 
   std::vector<int> ints(std::span<const std::int64_t> v, const char* name) const {
@@ -161,6 +211,7 @@ class MpiCommunicator final : public Communicator {
           timeout_, std::string(what) + " (" + where() + ")");
     } catch (const Error& e) {
       if (broken_.empty()) broken_ = e.what();
+      quarantine();
       throw;
     }
   }
@@ -176,6 +227,7 @@ class MpiCommunicator final : public Communicator {
           timeout_, std::string(what) + " (" + where() + ")");
     } catch (const Error& e) {
       if (broken_.empty()) broken_ = e.what();
+      quarantine();
       throw;
     }
   }
@@ -185,6 +237,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
   std::string broken_;  // why the communicator can no longer be used; empty while it can
+  std::unique_ptr<std::byte[]> staging_;
+  std::size_t staging_bytes_ = 0;
 };
 
 }  // namespace

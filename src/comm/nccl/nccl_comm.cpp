@@ -27,15 +27,18 @@ class NcclCommunicator final : public Communicator {
     bootstrap.broadcast(&id, sizeof id, 0, nullptr);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
-    settle("ncclCommInitRankConfig");
-    cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
+    try {
+      nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+      settle("ncclCommInitRankConfig");
+      cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
+    } catch (...) {  // no destructor runs for a constructor that throws
+      abort_now();
+      throw;
+    }
   }
   ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
     if (scratch_) cudaFree(scratch_);
-    if (!comm_) return;
-    if (broken_.empty()) ncclCommDestroy(comm_);
-    else ncclCommAbort(comm_);
   }
 
   std::string_view name() const override { return "nccl"; }
@@ -110,7 +113,15 @@ class NcclCommunicator final : public Communicator {
 
   void fail(const std::string& message) {
     if (broken_.empty()) broken_ = message;
+    abort_now();
     throw Error(where() + ": " + message);
+  }
+
+  // Stops what is queued (the caller may free its buffers next); the communicator is done.
+  void abort_now() {
+    if (!comm_) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
 
   void cuda(cudaError_t status, const char* call) {
@@ -137,6 +148,7 @@ class NcclCommunicator final : public Communicator {
       comm::wait_until(done, timeout_, std::string(what) + " (" + where() + ")");
     } catch (const Error& e) {
       if (broken_.empty()) broken_ = e.what();
+      abort_now();
       throw;
     }
   }
