@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs what moekit's build needs when it is missing (idempotent): a C++20 compiler,
-# CMake, GoogleTest, Open MPI (expert parallelism over CPU ranks, and the EP tests). CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed.
+# CMake, and with --tests GoogleTest and Open MPI (the expert-parallel tests run under mpirun).
+# CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed, but CUTLASS's
+# headers are (pip), unless MOEKIT_CUTLASS_DIR names a copy (for machines without a registry).
+#   scripts/bootstrap.sh [--tests]
 set -euo pipefail
+with_tests=0
+[ "${1:-}" = "--tests" ] && with_tests=1
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
-[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
-command -v mpicxx >/dev/null 2>&1 || need+=(libopenmpi-dev)
+if [ $with_tests -eq 1 ]; then
+  [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+  command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+  command -v mpicxx >/dev/null 2>&1 || need+=(libopenmpi-dev)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -4,7 +4,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/bootstrap.sh"
+"$root/scripts/bootstrap.sh" --tests
 
 echo "== release build =="
 "$root/scripts/build.sh" "$root/build"

@@ -101,8 +101,12 @@ class Layer {
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
+  // A call with more tokens than any before allocates the layer's buffers first; capture a
+  // call in a CUDA graph only after reserve() (or an uncaptured call) for at least its T.
   void forward(const FusedArgs& args, Stream stream = nullptr);
   void forward(const ExternalArgs& args, Stream stream = nullptr);
+  // Allocates the buffers for calls of up to max_tokens tokens now.
+  void reserve(std::int64_t max_tokens);
 
   const MoEConfig& config() const;
   const BackendSelection& selection() const;

@@ -131,6 +131,11 @@ void Layer::forward(const ExternalArgs& args, Stream stream) {
   m.run(p, b, args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
 }
 
+void Layer::reserve(std::int64_t max_tokens) {
+  require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
+  impl_->buffers_for({impl_->config, max_tokens});
+}
+
 const MoEConfig& Layer::config() const { return impl_->config; }
 const BackendSelection& Layer::selection() const { return impl_->selection; }
 std::string_view Layer::backend_name() const { return impl_->backend->name(); }

@@ -162,7 +162,8 @@ TEST(CudaLayerGraph, CaptureAndReplayMatchADirectCall) {
   const TestLayer lw = make_test_layer(c, seed);
   const Inputs in = make_inputs(c, lw, seed);
   Layer layer(config_of(c), lw.weights(), on_cuda());
-  const Tensor direct = gpu_external(layer, in.hidden, in.routing);  // also sizes the buffers
+  layer.reserve(c.tokens);  // capture must not allocate
+  const Tensor direct = gpu_external(layer, in.hidden, in.routing);
 
   DeviceTensor h = on_gpu(in.hidden), ids = on_gpu(in.routing.ids), w = on_gpu(in.routing.weights);
   DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
