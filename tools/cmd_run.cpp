@@ -104,7 +104,7 @@ int cmd_run(int argc, char** argv) {
   flags.push_back({"ep", true, "expert parallelism over N MPI ranks: mpirun -np N moekit run --ep N ..."});
   flags.push_back({"ep-combine", true, "auto|exact|partial: how expert rows return (auto: exact on cpu)"});
   flags.push_back({"ep-capacity", true, "fixed-capacity EP: at most N tokens per rank, no count exchange"});
-  flags.push_back({"ep-profile", false, "barriers before the EP exchanges: times exclude waiting for slow ranks"});
+  flags.push_back({"ep-profile", false, "EP step times: barriers before the exchanges, each step waits for its kernels"});
   flags.push_back({"comm-timeout", true, "seconds a collective waits for the other ranks (default 120)"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);

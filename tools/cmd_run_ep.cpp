@@ -71,11 +71,12 @@ EpOptions ep_options(const Args& args) {
 }
 
 // Traffic and times of every rank, gathered: [ep][kStats] on every rank.
-constexpr int kStats = 10;
+constexpr int kStats = 12;
 std::vector<double> gather_stats(Communicator& comm, const EpStats& s, double forward_ms) {
   const double mine[kStats] = {double(s.records_sent), double(s.record_bytes), double(s.dispatch_bytes),
                                double(s.dispatch_remote_bytes), double(s.combine_bytes),
-                               double(s.combine_remote_bytes), s.dispatch_ms, s.combine_ms, forward_ms, s.wait_ms};
+                               double(s.combine_remote_bytes), s.dispatch_ms, s.combine_ms, forward_ms, s.wait_ms,
+                               s.prepare_ms, s.experts_ms};
   std::vector<double> all(std::size_t(comm.size() * kStats));
   comm.all_gather(mine, all.data(), sizeof mine, nullptr);
   return all;
@@ -115,9 +116,9 @@ void print_run(const RunSetup& s, const Layer& layer, const Communicator& comm, 
   std::printf("  combine  %.3f MB sent back, %.3f MB to other ranks, %.1f B/token on the wire; %.3f ms (slowest rank)\n",
               sum[4] / 1e6, sum[5] / 1e6, total_tokens > 0 ? sum[5] / total_tokens : 0.0, max[7]);
   if (layer_profiled(layer))
-    std::printf("  profile  barriers before each exchange: the times above exclude up to %.3f ms of waiting for the "
-                "slowest rank\n",
-                max[9]);
+    std::printf("  profile  barriers before each exchange, each step waits for its device work: prepare %.3f ms, "
+                "experts %.3f ms (slowest rank); the times exclude up to %.3f ms of waiting for the slowest rank\n",
+                max[10], max[11], max[9]);
 }
 
 // The ep = 1 pipeline reference of the whole batch, on rank 0 (empty elsewhere).

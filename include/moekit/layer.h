@@ -36,8 +36,10 @@ struct Weights {
 enum class EpCombine : std::uint8_t { automatic, exact, partial };
 std::string_view to_string(EpCombine v);
 
-// barriers: every rank waits for all before each exchange, so that the dispatch and combine
-// times of EpStats measure the exchange, not the wait for the slowest rank (profiling).
+// barriers (profiling): every rank waits for all before each exchange, and each step for its
+// device work, so that the step times of EpStats measure that step: not the wait for the
+// slowest rank, and on GPUs not the host's queueing (plain: the combine's time then also
+// covers the experts' kernels still running).
 enum class EpTiming : std::uint8_t { plain, barriers };
 
 // group:     the ranks of LayerOptions::comm exchange tokens and expert rows (DESIGN §7).
@@ -72,6 +74,7 @@ struct EpStats {
   std::int64_t record_bytes = 0;     // one dispatched token: row, scales and its routing share
   std::int64_t dispatch_bytes = 0, dispatch_remote_bytes = 0;  // sent by this rank; remote: to other ranks
   std::int64_t combine_bytes = 0, combine_remote_bytes = 0;    // sent back by this rank
+  // Host wall clock of each step; see EpTiming for what they cover.
   double prepare_ms = 0, dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
   double wait_ms = 0;  // EpTiming::barriers: time in the barriers (waiting for the slowest rank)
 };

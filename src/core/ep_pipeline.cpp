@@ -89,6 +89,10 @@ EpPipeline::EpPipeline(const MoEConfig& config, const BackendImpl& backend, cons
 
 EpPipeline::~EpPipeline() = default;
 
+void EpPipeline::finish_step(Stream stream) {
+  if (options_.timing == EpTiming::barriers) comm_.synchronize(stream);
+}
+
 void EpPipeline::barrier_for_timing(Stream stream) {
   if (options_.timing != EpTiming::barriers) return;
   comm_.synchronize(stream);
@@ -190,6 +194,7 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
 
   // 2. Prepare: quantized on this (the source) rank.
   stages_.prepare->run(StageProblem{c, tokens, &comm_}, {hidden, topk_weights, b.prepared}, b.prepare_ws, stream);
+  finish_step(stream);
   stats_.prepare_ms = ms_since(clock);
 
   // 3. Dispatch: one record per (token, destination rank).
@@ -211,11 +216,13 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   stats_.record_bytes = std::int64_t(layout_.bytes);
   stats_.dispatch_bytes = sizes.sent * std::int64_t(layout_.bytes);
   stats_.dispatch_remote_bytes = (sizes.sent - plan_.counts[me]) * std::int64_t(layout_.bytes);
+  finish_step(stream);
   stats_.dispatch_ms = ms_since(clock) - stats_.wait_ms;
 
   // 4. This rank's experts on what it received.
   stages_.experts->run(StageProblem{c, sizes.received, &comm_},
                        {b.received, b.recv_ids, b.recv_weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
+  finish_step(stream);
   stats_.experts_ms = ms_since(clock);
 
   // 5. Combine.

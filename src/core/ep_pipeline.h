@@ -46,6 +46,9 @@ class EpPipeline {
   bool weights_left() const;
   // EpTiming::barriers: waits for every rank, counted apart from the step being timed.
   void barrier_for_timing(Stream stream);
+  // EpTiming::barriers: waits for the step's device work, so that its time covers its kernels
+  // (else a GPU step's time is its host time, and the combine's sync absorbs the experts).
+  void finish_step(Stream stream);
 
   MoEConfig config_;
   const BackendImpl& backend_;
