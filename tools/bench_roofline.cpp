@@ -7,8 +7,19 @@
 
 namespace moekit::cli {
 
-double Roofline::floor_us(const Ceilings& c) const {
-  const double compute = c.matrix_tflops > 0 ? flops / (c.matrix_tflops * 1e12) : 0.0;
+double matrix_tflops(const Ceilings& c, QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::bf16: return c.bf16_tflops;
+    case QuantScheme::fp8_tensor:
+    case QuantScheme::fp8_rowwise: return c.fp8_tflops;
+    case QuantScheme::fp8_block: return c.fp8_block_tflops;
+  }
+  return 0.0;
+}
+
+double Roofline::floor_us(const Ceilings& c, QuantScheme scheme) const {
+  const double p = matrix_tflops(c, scheme);
+  const double compute = p > 0 ? flops / (p * 1e12) : 0.0;
   const double memory = c.copy_gbs > 0 ? bytes / (c.copy_gbs * 1e9) : 0.0;
   return std::max(compute, memory) * 1e6;
 }

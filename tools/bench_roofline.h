@@ -3,22 +3,18 @@
 
 #include <cstdint>
 
+#include "bench_gpu.h"
 #include "moekit/config.h"
 #include "moekit/tensor.h"
 
 namespace moekit::cli {
 
-struct Ceilings {
-  double matrix_tflops = 0;  // P: the FP8 (or bf16) matrix rate
-  double copy_gbs = 0;       // B: the copy bandwidth
-  const char* source = "";
-};
-
 struct Roofline {
   double flops = 0;
   double bytes = 0;
   std::int64_t experts_touched = 0;
-  double floor_us(const Ceilings& c) const;
+  // max(FLOPs / P, bytes / B) with P the scheme's matrix rate; 0 without ceilings.
+  double floor_us(const Ceilings& c, QuantScheme scheme) const;
 };
 
 // FLOPs = 2 T k (H 2I + I H) over the pairs that exist; bytes = the weights (and scales) of every

@@ -1,14 +1,17 @@
 // `moekit bench`: the layer's time per case against the roofline of DESIGN §9.
 //   warm-up, then the median of --runs calls; on the GPU timed with CUDA events, small T
 //   replayed from CUDA graphs, inputs rotated over several sets so the L2 cache does not
-//   flatter small cases; random data from the seed, never zeros.
+//   flatter small cases; random data (from the seed, or the rows of a layer file), never zeros.
+//   The GPU's ceilings (copy bandwidth, cuBLASLt matrix rates) are measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -16,9 +19,12 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "bench_json.h"
 #include "bench_roofline.h"
+#include "bench_steps.h"
 #include "commands.h"
 #include "core/synthetic.h"
+#include "io/layer_file.h"
 #include "io/presets.h"
 #include "run_setup.h"
 
@@ -44,54 +50,84 @@ double median(std::vector<double> v) {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
 }
-
-// B: a large device-to-device copy, bytes read + written over the median time.
-double measure_copy_gbs() {
-  const std::size_t bytes = std::size_t(2) << 30;
-  void *a = nullptr, *b = nullptr;
-  check(cudaMalloc(&a, bytes), "cudaMalloc");
-  check(cudaMalloc(&b, bytes), "cudaMalloc");
-  check(cudaMemset(a, 1, bytes), "cudaMemset");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> ms;
-  for (int i = 0; i < 12; ++i) {
-    cudaEventRecord(start);
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(stop);
-    check(cudaEventSynchronize(stop), "copy");
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    if (i >= 2) ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
-}
 #endif
 
+// One layer to measure: a preset's synthetic weights, or a layer file's.
+struct Problem {
+  std::string name;
+  MoEConfig config;
+  std::uint64_t seed = 0;
+  std::optional<core::SyntheticLayer> synthetic;
+  std::optional<io::LayerFile> file;
+
+  Weights weights() const { return file ? file->weights() : synthetic->weights(); }
+  std::int64_t max_tokens() const { return file ? file->hidden.size(0) : std::int64_t(1) << 20; }
+
+  // Input set `set` of T tokens: hidden [T, H] bf16 and router_logits [T, E], generated, or
+  // rows [set T, set T + T) of the file's (rows [0, T) when the file is too short for that).
+  std::pair<Tensor, Tensor> inputs(std::int64_t tokens, int set) const {
+    if (!file) {
+      const std::uint64_t s = seed + 100 + std::uint64_t(set);
+      return {core::make_hidden(tokens, config.hidden_size, s),
+              core::make_router_logits(tokens, config.num_experts, DType::f32, s)};
+    }
+    const std::int64_t first = (set + 1) * tokens <= max_tokens() ? set * tokens : 0;
+    return {rows(file->hidden, first, tokens), rows(file->router_logits, first, tokens)};
+  }
+
+  static Tensor rows(const Tensor& t, std::int64_t first, std::int64_t count) {
+    Tensor out(t.dtype(), {count, t.size(1)});
+    const std::size_t row = std::size_t(t.size(1)) * dtype_size(t.dtype());
+    std::memcpy(out.view().data, t.ptr<std::byte>() + std::size_t(first) * row, std::size_t(count) * row);
+    return out;
+  }
+};
+
+Problem preset_problem(const std::string& name, const Args& args, std::uint64_t seed) {
+  Problem p;
+  p.name = name;
+  p.seed = seed;
+  p.config = io::find_preset(name).config;
+  if (args.has("quant")) p.config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
+  validate(p.config);
+  std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
+  p.synthetic = core::make_synthetic_layer(p.config, seed);
+  return p;
+}
+
+Problem file_problem(const std::string& path, const Args& args) {
+  if (args.has("preset") || args.has("quant"))
+    throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
+  Problem p;
+  std::fprintf(stderr, "bench: reading %s...\n", path.c_str());
+  p.file = io::read_layer_file(path);
+  if (!p.file->router_logits.defined())
+    throw UsageError("--inputs: the bench routes from router_logits; " + path + " has none");
+  p.config = p.file->config;
+  p.name = args.get("name", path.substr(path.find_last_of('/') + 1));
+  return p;
+}
+
+// The device copies of a case's input sets, and its routing (set 0) on the host.
 struct Inputs {
   std::vector<DeviceTensor> hidden, logits;
   DeviceTensor ids, weights, out;
   Tensor host_ids, host_weights;
 };
 
-Inputs make_inputs(const MoEConfig& c, const Weights& w, std::int64_t tokens, std::uint64_t seed, Device device) {
+Inputs make_inputs(const Problem& p, std::int64_t tokens, Device device) {
+  const MoEConfig& c = p.config;
   Inputs in{{}, {}, DeviceTensor(DType::i32, {tokens, c.top_k()}, device),
             DeviceTensor(DType::f32, {tokens, c.top_k()}, device), DeviceTensor(DType::bf16, {tokens, c.hidden_size}, device),
             Tensor(DType::i32, {tokens, c.top_k()}), Tensor(DType::f32, {tokens, c.top_k()})};
   for (int s = 0; s < kInputSets; ++s) {
-    const Tensor h = core::make_hidden(tokens, c.hidden_size, seed + std::uint64_t(s));
-    const Tensor l = core::make_router_logits(tokens, c.num_experts, DType::f32, seed + std::uint64_t(s));
-    in.hidden.emplace_back(DType::bf16, h.shape(), device);
+    const auto [h, l] = p.inputs(tokens, s);
+    in.hidden.emplace_back(h.dtype(), h.shape(), device);
     in.hidden.back().copy_from(h.view());
-    in.logits.emplace_back(DType::f32, l.shape(), device);
+    in.logits.emplace_back(l.dtype(), l.shape(), device);
     in.logits.back().copy_from(l.view());
     if (s == 0)  // the routing of set 0 sizes the roofline and feeds external routing
-      route(c.routing, {l.view(), c.routing.uses_bias() ? w.e_score_correction_bias : TensorView{}},
+      route(c.routing, {l.view(), c.routing.uses_bias() ? p.weights().e_score_correction_bias : TensorView{}},
             {in.host_ids.view(), in.host_weights.view()});
   }
   in.ids.copy_from(in.host_ids.view());
@@ -99,47 +135,158 @@ Inputs make_inputs(const MoEConfig& c, const Weights& w, std::int64_t tokens, st
   return in;
 }
 
-struct CaseResult {
-  std::string preset, quant;
-  std::int64_t tokens = 0;
-  double us = 0;
-  bool graph = false;
-  Roofline roof;
+struct Settings {
+  std::vector<std::int64_t> tokens;
+  std::string graph = "auto";
+  bool fused = true;
+  bool stages = false;
+  int runs = 0;  // 0: the device's default
 };
 
-class Timer {
- public:
-  virtual ~Timer() = default;
-  // Median microseconds of `runs` calls of call(set), set rotating over the input sets.
-  virtual double median_us(int runs, const std::function<void(int)>& call) = 0;
-};
-
-class HostTimer final : public Timer {
- public:
-  double median_us(int runs, const std::function<void(int)>& call) override {
-    std::vector<double> us;
+// Median µs of `runs` calls of call(set, stream), set rotating over the input sets; on the GPU
+// replayed from one CUDA graph per set when `graph`.
+double time_calls(Device device, int runs, [[maybe_unused]] bool graph, const std::function<void(int, Stream)>& call) {
+  std::vector<double> us;
+  if (device == Device::cpu) {
     for (int r = 0; r < runs; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      call(r % kInputSets);
+      call(r % kInputSets, nullptr);
       us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     }
     return median(us);
   }
-};
+#ifdef MOEKIT_HAVE_CUDA
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::vector<cudaGraphExec_t> graphs;
+  for (int s = 0; graph && s < kInputSets; ++s) {
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    call(s, stream);
+    check(cudaStreamEndCapture(stream, &g), "capture");
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(g);
+    graphs.push_back(exec);
+  }
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < runs + 3; ++i) {
+    const int set = i % kInputSets;
+    cudaEventRecord(start, stream);
+    if (graph) check(cudaGraphLaunch(graphs[std::size_t(set)], stream), "cudaGraphLaunch");
+    else call(set, stream);
+    cudaEventRecord(stop, stream);
+    check(cudaEventSynchronize(stop), "layer");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (i >= 3) us.push_back(double(ms) * 1e3);
+  }
+  for (auto g : graphs) cudaGraphExecDestroy(g);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+#endif
+  return median(us);
+}
+
+// Each step's median µs over `runs` eager calls, in the order the steps ran.
+std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, StepTimes& steps,
+                                                       const std::function<void(int, Stream)>& call) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> samples;
+  for (int r = 0; r < runs; ++r) {
+    steps.begin();
+    call(r % kInputSets, nullptr);
+    synchronize(device);
+    for (const auto& [name, us] : steps.finish()) {
+      if (!samples.count(name)) order.push_back(name);
+      samples[name].push_back(us);
+    }
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string& name : order) out.emplace_back(name, median(samples[name]));
+  return out;
+}
+
+void print_case(const BenchCase& r) {
+  std::printf("%-16s %-11s T=%-6lld %10.1f us %8.1f TFLOP/s %7.0f GB/s  experts=%-4lld floor=%8.1f us  eff=%5.1f%%%s\n",
+              r.preset.c_str(), r.quant.c_str(), static_cast<long long>(r.tokens), r.us, r.roof.flops / r.us / 1e6,
+              r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), r.floor_us,
+              r.floor_us > 0 ? 100.0 * r.floor_us / r.us : 0.0, r.graph ? " (graph)" : "");
+  if (!r.stages.empty()) {
+    double sum = 0;
+    std::string line;
+    for (const auto& [name, us] : r.stages) {
+      sum += us;
+      char item[64];
+      std::snprintf(item, sizeof item, "%s %.1f | ", name.c_str(), us);
+      line += item;
+    }
+    std::printf("    stages (µs, eager, events between steps): %ssum %.1f\n", line.c_str(), sum);
+  }
+  std::fflush(stdout);
+}
+
+void bench_problem(const Problem& p, const Args& args, const Settings& settings, const Ceilings& ceilings,
+                   std::vector<BenchCase>& results) {
+  const std::string backend = args.get("backend", "auto");
+  StepTimes steps(select_backend(p.config, backend).chosen == "cpu" ? Device::cpu : Device::cuda);
+  LayerOptions options;
+  options.backend = backend;
+  options.observer = &steps;  // inactive (costs nothing) except in the --stages calls
+  Layer layer(p.config, p.weights(), options);
+  const Device device = layer.device();
+  const int runs = settings.runs > 0 ? settings.runs : device == Device::cuda ? 20 : 3;
+  for (std::int64_t tokens : settings.tokens) {
+    if (tokens > p.max_tokens())
+      throw UsageError("--tokens: " + std::to_string(tokens) + " is more than the file's " +
+                       std::to_string(p.max_tokens()) + " rows");
+    std::fprintf(stderr, "bench: %s T=%lld...\n", p.name.c_str(), static_cast<long long>(tokens));
+    Inputs in = make_inputs(p, tokens, device);
+    auto call = [&](int set, Stream stream) {
+      const std::size_t s = std::size_t(set);
+      if (settings.fused)
+        layer.forward(FusedArgs{in.hidden[s].view(), in.logits[s].view(), in.out.view(), in.ids.view(), in.weights.view()},
+                      stream);
+      else
+        layer.forward(ExternalArgs{in.hidden[s].view(), in.ids.view(), in.weights.view(), in.out.view()}, stream);
+    };
+    BenchCase r;
+    r.preset = p.name;
+    r.quant = std::string(to_string(p.config.quant.scheme));
+    r.tokens = tokens;
+    r.roof = roofline(p.config, in.host_ids.view());
+    r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);
+    r.graph = device == Device::cuda && (settings.graph == "on" || (settings.graph == "auto" && tokens <= 512));
+    for (int w = 0; w < 2; ++w) call(w % kInputSets, nullptr);  // allocates before any capture
+    synchronize(device);
+    r.us = time_calls(device, runs, r.graph, call);
+    if (settings.stages) r.stages = time_steps(device, runs, steps, call);
+    results.push_back(r);
+    print_case(r);
+  }
+}
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   std::vector<Flag> flags = {
       {"preset", true, "preset[,preset...] (moekit presets)"},
+      {"inputs", true, "a layer file (DESIGN §2): its weights, and its first rows as each case's tokens"},
+      {"name", true, "the name of the --inputs layer in the results (default: the file name)"},
       {"tokens", true, "T[,T...] (default 1,8,64,512,4096)"},
       {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: each preset's)"},
       {"routing", true, "fused|external (default fused)"},
       {"backend", true, "auto|cpu|... (default auto)"},
       {"graph", true, "auto|on|off: replay CUDA graphs (auto: T <= 512)"},
+      {"stages", false, "also time each step of the layer (eager calls, events between the steps)"},
       {"runs", true, "timed calls per case (default 20 on a GPU, 3 on the CPU)"},
       {"seed", true, "seed of weights and inputs (default 1)"},
       {"json", true, "also write the results to this JSON file"},
+      {"ep", true, "expert parallelism over N ranks: mpirun -np N moekit bench --ep N (see --help there)"},
+      {"ep-combine", true, "with --ep: auto|exact|partial"},
       {"help", false, "this text"},
   };
   const Args args(argc, argv, 2, flags);
@@ -147,123 +294,47 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s", usage_of("bench", flags).c_str());
     return 0;
   }
-  if (!args.has("preset")) throw UsageError("give --preset NAME[,NAME...]");
-  std::vector<std::int64_t> token_list;
+  if (args.get_int("ep", 1, 1, 1 << 16) > 1) return cmd_bench_ep(args);
+  if (args.has("ep-combine")) throw UsageError("--ep-combine: needs --ep N with N > 1");
+  if (!args.has("preset") && !args.has("inputs")) throw UsageError("give --preset NAME[,NAME...] or --inputs FILE");
+  if (args.has("name") && !args.has("inputs")) throw UsageError("--name: names an --inputs layer; give --inputs");
+  Settings settings;
   for (const std::string& t : split(args.get("tokens", "1,8,64,512,4096"))) {
     char* end = nullptr;
     const long long v = std::strtoll(t.c_str(), &end, 10);
     if (*end != '\0' || v < 1 || v > (1 << 20)) throw UsageError("--tokens: expected integers in [1, 1048576], given '" + t + "'");
-    token_list.push_back(v);
+    settings.tokens.push_back(v);
   }
-  const std::string graph_mode = args.get("graph", "auto");
-  if (graph_mode != "auto" && graph_mode != "on" && graph_mode != "off")
-    throw UsageError("--graph: expected one of auto|on|off, given '" + graph_mode + "'");
-  const bool fused = args.get("routing", "fused") != "external";
+  settings.graph = args.get("graph", "auto");
+  if (settings.graph != "auto" && settings.graph != "on" && settings.graph != "off")
+    throw UsageError("--graph: expected one of auto|on|off, given '" + settings.graph + "'");
+  const std::string routing = args.get("routing", "fused");
+  if (routing != "fused" && routing != "external")
+    throw UsageError("--routing: expected one of fused|external, given '" + routing + "'");
+  settings.fused = routing == "fused";
+  settings.stages = args.has("stages");
+  settings.runs = int(args.get_int("runs", 0, 1, 10000));
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
 
-  std::vector<CaseResult> results;
-  Ceilings ceilings;
-  for (const std::string& name : split(args.get("preset", ""))) {
-    const io::Preset& preset = io::find_preset(name);
-    MoEConfig config = preset.config;
-    if (args.has("quant")) config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
-    validate(config);
-    std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
-    const core::SyntheticLayer layer_weights = core::make_synthetic_layer(config, seed);
-    LayerOptions options;
-    options.backend = args.get("backend", "auto");
-    Layer layer(config, layer_weights.weights(), options);
-    const Device device = layer.device();
-    const int runs = int(args.get_int("runs", device == Device::cuda ? 20 : 3, 1, 10000));
-#ifdef MOEKIT_HAVE_CUDA
-    if (device == Device::cuda && ceilings.copy_gbs == 0) {
-      ceilings = {config.quant.scheme == QuantScheme::bf16 ? 751.0 : 1271.0, measure_copy_gbs(),
-                  "copy measured now; matrix rate from DESIGN §9 (H200, cuBLASLt)"};
-    }
-#endif
-    for (std::int64_t tokens : token_list) {
-      std::fprintf(stderr, "bench: %s T=%lld...\n", name.c_str(), static_cast<long long>(tokens));
-      Inputs in = make_inputs(config, layer_weights.weights(), tokens, seed + 100, device);
-      auto call = [&](int set, Stream stream) {
-        if (fused)
-          layer.forward(FusedArgs{in.hidden[std::size_t(set)].view(), in.logits[std::size_t(set)].view(), in.out.view(),
-                                  in.ids.view(), in.weights.view()},
-                        stream);
-        else
-          layer.forward(ExternalArgs{in.hidden[std::size_t(set)].view(), in.ids.view(), in.weights.view(), in.out.view()},
-                        stream);
-      };
-      CaseResult r{name, std::string(to_string(config.quant.scheme)), tokens, 0, false, roofline(config, in.host_ids.view())};
-      for (int w = 0; w < 2; ++w) call(w % kInputSets, nullptr);
-      synchronize(device);
-      if (device == Device::cpu) {
-        HostTimer timer;
-        r.us = timer.median_us(runs, [&](int set) { call(set, nullptr); });
-      }
-#ifdef MOEKIT_HAVE_CUDA
-      else {
-        cudaStream_t stream;
-        check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        r.graph = graph_mode == "on" || (graph_mode == "auto" && tokens <= 512);
-        std::vector<cudaGraphExec_t> graphs;
-        if (r.graph) {
-          for (int s = 0; s < kInputSets; ++s) {
-            cudaGraph_t g;
-            check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-            call(s, stream);
-            check(cudaStreamEndCapture(stream, &g), "capture");
-            cudaGraphExec_t exec;
-            check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-            cudaGraphDestroy(g);
-            graphs.push_back(exec);
-          }
-        }
-        cudaEvent_t start, stop;
-        cudaEventCreate(&start);
-        cudaEventCreate(&stop);
-        std::vector<double> us;
-        for (int i = 0; i < runs + 3; ++i) {
-          const int set = i % kInputSets;
-          cudaEventRecord(start, stream);
-          if (r.graph) check(cudaGraphLaunch(graphs[std::size_t(set)], stream), "cudaGraphLaunch");
-          else call(set, stream);
-          cudaEventRecord(stop, stream);
-          check(cudaEventSynchronize(stop), "layer");
-          float ms = 0;
-          cudaEventElapsedTime(&ms, start, stop);
-          if (i >= 3) us.push_back(double(ms) * 1e3);
-        }
-        r.us = median(us);
-        for (auto g : graphs) cudaGraphExecDestroy(g);
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
-        cudaStreamDestroy(stream);
-      }
-#endif
-      results.push_back(r);
-      const double floor = r.roof.floor_us(ceilings);
-      std::printf("%-16s %-11s T=%-6lld %10.1f us %8.1f TFLOP/s %7.0f GB/s  experts=%-4lld floor=%8.1f us  eff=%5.1f%%%s\n",
-                  r.preset.c_str(), r.quant.c_str(), static_cast<long long>(tokens), r.us, r.roof.flops / r.us / 1e6,
-                  r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), floor,
-                  floor > 0 ? 100.0 * floor / r.us : 0.0, r.graph ? " (graph)" : "");
-      std::fflush(stdout);
-    }
+  BenchRecord record;
+  record.routing = routing;
+  std::vector<Problem> problems;
+  if (args.has("inputs")) problems.push_back(file_problem(args.get("inputs", ""), args));
+  else
+    for (const std::string& name : split(args.get("preset", ""))) problems.push_back(preset_problem(name, args, seed));
+  record.backend = select_backend(problems.front().config, args.get("backend", "auto")).chosen;
+  if (record.backend == "cuda") {
+    std::fprintf(stderr, "bench: measuring the GPU's ceilings (copy, cuBLASLt bf16/fp8/fp8-block)...\n");
+    record.gpu = gpu_info();
+    record.ceilings = measure_ceilings(true);
+    std::printf("gpu: %s, %d SMs, driver %s\n", record.gpu.name.c_str(), record.gpu.sms, record.gpu.driver.c_str());
+    std::printf("ceilings: copy %.0f GB/s; matrix bf16 %.1f, fp8 %.1f, fp8-block %.1f TFLOP/s (%s)\n",
+                record.ceilings.copy_gbs, record.ceilings.bf16_tflops, record.ceilings.fp8_tflops,
+                record.ceilings.fp8_block_tflops, record.ceilings.source.c_str());
+    std::fflush(stdout);
   }
-  if (ceilings.copy_gbs > 0)
-    std::printf("ceilings: copy %.0f GB/s, matrix %.0f TFLOP/s (%s)\n", ceilings.copy_gbs, ceilings.matrix_tflops,
-                ceilings.source);
-  if (args.has("json")) {
-    std::ofstream json(args.get("json", ""));
-    json << "{\"moekit_version\": \"" << version() << "\", \"copy_gbs\": " << ceilings.copy_gbs
-         << ", \"matrix_tflops\": " << ceilings.matrix_tflops << ", \"cases\": [";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const CaseResult& r = results[i];
-      json << (i ? ", " : "") << "{\"preset\": \"" << r.preset << "\", \"quant\": \"" << r.quant << "\", \"tokens\": "
-           << r.tokens << ", \"us\": " << r.us << ", \"flops\": " << r.roof.flops << ", \"bytes\": " << r.roof.bytes
-           << ", \"floor_us\": " << r.roof.floor_us(ceilings) << ", \"graph\": " << (r.graph ? "true" : "false") << "}";
-    }
-    json << "]}\n";
-  }
+  for (const Problem& p : problems) bench_problem(p, args, settings, record.ceilings, record.cases);
+  if (args.has("json")) write_bench_json(args.get("json", ""), record);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "cpu/reference.h"
+#include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "moekit/device.h"
 #include "run_setup.h"
@@ -95,12 +96,22 @@ void dump(const std::string& path, const RunSetup& s, const Tensor& out, const T
   std::printf("  dumped   out, topk_ids, topk_weights to %s\n", path.c_str());
 }
 
+// The problem as a layer file (DESIGN §2): what anyone needs to run it elsewhere.
+void save_layer(const std::string& path, const RunSetup& s, const Tensor& ids, const Tensor& weights) {
+  const bool external = s.routing == RoutingMode::external;
+  io::write_layer_file(path, io::LayerViews{s.config, s.hidden.view(), external ? TensorView{} : s.router_logits.view(),
+                                            external ? ids.view() : TensorView{}, external ? weights.view() : TensorView{},
+                                            s.weights});
+  std::printf("  saved    the layer and its inputs to %s\n", path.c_str());
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
   flags.push_back({"check", false, "compare with the CPU pipeline reference; last line check: PASS|FAIL"});
   flags.push_back({"dump", true, "write out, topk_ids, topk_weights to this safetensors file"});
+  flags.push_back({"save-layer", true, "write the problem (config, weights, inputs) as a layer file (DESIGN §2)"});
   flags.push_back({"ep", true, "expert parallelism over N MPI ranks: mpirun -np N moekit run --ep N ..."});
   flags.push_back({"ep-combine", true, "auto|exact|partial: how expert rows return (auto: exact on cpu)"});
   flags.push_back({"ep-capacity", true, "fixed-capacity EP: at most N tokens per rank, no count exchange"});
@@ -127,6 +138,7 @@ int cmd_run(int argc, char** argv) {
   Tensor weights(DType::f32, {tokens, s.config.top_k()});
   std::memset(out.view().data, 0xff, out.nbytes());  // NaN: an unwritten element cannot pass
   if (s.routing == RoutingMode::external) external_routing(s, ids, weights);
+  if (args.has("save-layer")) save_layer(args.get("save-layer", ""), s, ids, weights);
 
   // The layer's tensors live on its device: copies in, the forward pass, copies out.
   const Device device = layer.device();

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "cpu/reference.h"
+#include "ep_ranks.h"
 #include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "moekit/device.h"
@@ -21,12 +22,6 @@ namespace moekit::cli {
 namespace {
 
 constexpr double kTolerance = 5e-3;  // DESIGN §8, for combines that round differently
-
-// Rows [first, first + rows) of a [N, C] tensor.
-TensorView rows_of(const TensorView& t, std::int64_t first, std::int64_t rows) {
-  return TensorView::contiguous(static_cast<std::byte*>(t.data) + std::size_t(first * t.size(1)) * dtype_size(t.dtype),
-                                t.dtype, {rows, t.size(1)}, t.device);
-}
 
 struct Split {
   std::vector<std::int64_t> counts, first;  // [ep] tokens of each rank, its first token
@@ -273,13 +268,8 @@ int run_ranks(const Args& args, const MpiSession& mpi, Communicator& comm, std::
 
 int cmd_run_ep(const Args& args) {
   const int ep = int(args.get_int("ep", 1, 1, 1 << 16));
-  if (!mpi_available()) throw UsageError("--ep: this build has no MPI (configure with MOEKIT_WITH_MPI=ON)");
-  const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (!launched) launched = std::getenv("PMI_SIZE");
-  if (!launched || std::atoi(launched) != ep)
-    throw UsageError("--ep " + std::to_string(ep) + ": start " + std::to_string(ep) + " ranks: mpirun -np " +
-                     std::to_string(ep) + " moekit run --ep " + std::to_string(ep) + " ... (this process is " +
-                     (launched ? std::string("one of ") + launched + " ranks" : std::string("not under mpirun")) + ")");
+  if (args.has("save-layer")) throw UsageError("--save-layer: a layer file holds every expert; drop --ep");
+  require_mpi_launch(ep, "run");
   const auto timeout = std::chrono::seconds(args.get_int("comm-timeout", 120, 1, 86400));
   MpiSession mpi(nullptr, nullptr);
   std::unique_ptr<Communicator> comm = make_mpi_communicator({timeout});

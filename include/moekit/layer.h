@@ -57,6 +57,17 @@ struct EpOptions {
   EpTiming timing = EpTiming::plain;
 };
 
+// Profiling: the layer calls step() on the host as it enqueues each step of a forward, just
+// before the step's work: "routing" (fused routing), "quantize", "permute", "gemm1",
+// "activation", "gemm2", "finalize" (with expert parallelism: "routing", "plan", "quantize",
+// "dispatch", the experts' steps, "combine"), and step("end") after the last. A GPU caller records an event on `stream`; the time from one
+// step to the next is the step's. Do not record while a CUDA graph is being captured.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void step(std::string_view name, Stream stream) = 0;
+};
+
 struct LayerOptions {
   std::string backend = "auto";  // "auto" (MOEKIT_BACKEND may override) or a backend name
   // Required when config.ep_size > 1 (unless ep.scope is this_rank): ep_size ranks, this one
@@ -64,6 +75,7 @@ struct LayerOptions {
   // (it is collective); T may differ from rank to rank.
   Communicator* comm = nullptr;
   EpOptions ep;
+  StepObserver* observer = nullptr;  // not owned; outlives the Layer
 };
 
 // What the last forward of an EP layer moved (this rank), and the host wall time of each step.

@@ -181,6 +181,7 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   Clock::time_point clock = Clock::now();
 
   // 1. Plan on the host; learn what arrives.
+  mark_step(p, "plan", stream);
   host_ids_.resize(std::size_t(tokens * k));
   host_weights_.resize(std::size_t(tokens * k));
   ep_->to_host(host_ids_.data(), topk_ids.data, topk_ids.nbytes(), stream);
@@ -193,11 +194,13 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   const Buffers b = buffers_for(sizes);
 
   // 2. Prepare: quantized on this (the source) rank.
+  mark_step(p, "quantize", stream);
   stages_.prepare->run(StageProblem{c, tokens, &comm_}, {hidden, topk_weights, b.prepared}, b.prepare_ws, stream);
   finish_step(stream);
   stats_.prepare_ms = ms_since(clock);
 
   // 3. Dispatch: one record per (token, destination rank).
+  mark_step(p, "dispatch", stream);
   ep_->to_device(b.plan_token.data, plan_.token.data(), b.plan_token.nbytes(), stream);
   ep_->to_device(b.plan_ids.data, plan_.ids.data(), b.plan_ids.nbytes(), stream);
   ep_->to_device(b.plan_weights.data, plan_.weights.data(), b.plan_weights.nbytes(), stream);
@@ -220,12 +223,13 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   stats_.dispatch_ms = ms_since(clock) - stats_.wait_ms;
 
   // 4. This rank's experts on what it received.
-  stages_.experts->run(StageProblem{c, sizes.received, &comm_},
+  stages_.experts->run(StageProblem{c, sizes.received, &comm_, p.observer},
                        {b.received, b.recv_ids, b.recv_weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
   finish_step(stream);
   stats_.experts_ms = ms_since(clock);
 
   // 5. Combine.
+  mark_step(p, "combine", stream);
   const double waited = stats_.wait_ms;
   if (combine_ == EpCombine::exact) combine_exact(p, b, topk_weights, out, stream);
   else combine_partial(p, b, out, stream);

@@ -20,6 +20,7 @@ struct Layer::Impl {
   std::size_t buffer_size = 0;
   TensorView bias;  // the routing bias, kept for fused routing
   std::unique_ptr<core::EpPipeline> ep;  // with a communicator: Prepare/Finalize become EP dispatch/combine
+  StepObserver* observer = nullptr;
 
   // Everything one call needs, carved from one buffer.
   struct Buffers {
@@ -79,14 +80,22 @@ struct Layer::Impl {
 
   void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
            const TensorView& weights, const TensorView& out, Stream stream) {
-    if (ep) return ep->run(p, hidden, ids, weights, out, stream);
-    const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
-    stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
-    stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
-    const bool weights_left = !on_input && !stages.experts->applies_weights();
-    stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
-                         b.finalize_ws, stream);
+    if (ep) {
+      ep->run(p, hidden, ids, weights, out, stream);
+    } else {
+      const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
+      core::mark_step(p, "quantize", stream);
+      stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
+      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
+      const bool weights_left = !on_input && !stages.experts->applies_weights();
+      core::mark_step(p, "finalize", stream);
+      stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
+                           b.finalize_ws, stream);
+    }
+    core::mark_step(p, "end", stream);
   }
+
+  core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
 };
 
 Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
@@ -103,6 +112,7 @@ Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions
               std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
   impl_->bias = weights.e_score_correction_bias;
+  impl_->observer = options.observer;
   impl_->stages = impl_->backend->make_stages(config, weights);
   if (options.comm)
     impl_->ep = std::make_unique<core::EpPipeline>(config, *impl_->backend, impl_->stages, *options.comm, options.ep);
@@ -112,11 +122,12 @@ Layer::~Layer() = default;
 
 void Layer::forward(const FusedArgs& args, Stream stream) {
   Impl& m = *impl_;
-  const core::StageProblem p{m.config, core::check_args(m.config, args, m.backend->device())};
+  const core::StageProblem p = m.problem(core::check_args(m.config, args, m.backend->device()));
   m.check_stages(p);
   const Impl::Buffers b = m.buffers_for(p);
   const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
   const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
+  core::mark_step(p, "routing", stream);
   m.stages.router->run(p, {{args.router_logits, m.config.routing.uses_bias() ? m.bias : TensorView{}},
                            {ids, weights}},
                        b.router_ws, stream);
@@ -125,7 +136,7 @@ void Layer::forward(const FusedArgs& args, Stream stream) {
 
 void Layer::forward(const ExternalArgs& args, Stream stream) {
   Impl& m = *impl_;
-  const core::StageProblem p{m.config, core::check_args(m.config, args, m.backend->device())};
+  const core::StageProblem p = m.problem(core::check_args(m.config, args, m.backend->device()));
   m.check_stages(p);
   const Impl::Buffers b = m.buffers_for(p);
   m.run(p, b, args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
@@ -133,7 +144,7 @@ void Layer::forward(const ExternalArgs& args, Stream stream) {
 
 void Layer::reserve(std::int64_t max_tokens) {
   require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
-  impl_->buffers_for({impl_->config, max_tokens});
+  impl_->buffers_for(impl_->problem(max_tokens));
 }
 
 const MoEConfig& Layer::config() const { return impl_->config; }

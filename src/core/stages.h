@@ -52,7 +52,13 @@ struct StageProblem {
   // EP: the ranks over which a dynamic fp8-tensor amax is taken (every rank quantizes with
   // the scale ep = 1 would use). Null: this rank's rows alone.
   Communicator* group = nullptr;
+  StepObserver* observer = nullptr;  // LayerOptions::observer
 };
+
+// Tells the observer (if any) that step `name` is about to be enqueued.
+inline void mark_step(const StageProblem& problem, std::string_view name, Stream stream) {
+  if (problem.observer) problem.observer->step(name, stream);
+}
 
 class Stage {
  public:

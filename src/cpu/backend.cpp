@@ -87,15 +87,18 @@ class Experts final : public core::ExpertsStage {
     const Buffers b = carve(c, p);
     const QuantScheme scheme = cfg.quant.scheme;
 
+    core::mark_step(p, "permute", stream);
     const PermutePlan plan{b.offsets, args.slot_rows.ptr<std::int32_t>(), b.row_token};
     const std::int64_t rows = plan_permutation(args.topk_ids.ptr<std::int32_t>(), p.tokens, cfg.top_k(),
                                                {cfg.first_local_expert(), cfg.local_experts()}, plan);
     const QuantizedRows a1 = prefix(b.a1, scheme, rows);
     gather_rows(scheme, args.in, b.row_token, rows, a1);
 
+    core::mark_step(p, "gemm1", stream);
     bf16* h1 = b.gemm1_out.ptr<bf16>();
     grouped_gemm({scheme, a1, b.offsets, weights_.w13, weights_.w13_scale, h1});
 
+    core::mark_step(p, "activation", stream);
     const ActivationParams act = ActivationParams::of(cfg);
     const std::int64_t width = cfg.gemm1_width(), inter = cfg.intermediate_size;
     float* x2 = b.act.ptr<float>();
@@ -105,6 +108,7 @@ class Experts final : public core::ExpertsStage {
     const QuantizedRows a2 = prefix(b.a2, scheme, rows);
     quantize_rows({cfg.quant, tensor_scale(p, w2_static_scale_, x2, rows * inter, stream)}, x2, rows, inter, a2);
 
+    core::mark_step(p, "gemm2", stream);
     grouped_gemm({scheme, a2, b.offsets, weights_.w2, weights_.w2_scale, args.expert_out.ptr<bf16>()});
   }
 

@@ -323,27 +323,50 @@ LayerFile read_layer_file(const std::string& path) {
   return file;
 }
 
-void write_layer_file(const std::string& path, const LayerFile& file) {
+void write_layer_file(const std::string& path, const LayerViews& layer, const std::vector<NamedTensor>& extra) {
+  const std::pair<const char*, TensorView> fields[] = {
+      {"hidden", layer.hidden},
+      {"router_logits", layer.router_logits},
+      {"topk_ids", layer.topk_ids},
+      {"topk_weights", layer.topk_weights},
+      {"w13", layer.weights.w13},
+      {"w2", layer.weights.w2},
+      {"w13_scale", layer.weights.w13_scale},
+      {"w2_scale", layer.weights.w2_scale},
+      {"e_score_correction_bias", layer.weights.e_score_correction_bias},
+      {"w13_input_scale", layer.weights.w13_input_scale},
+      {"w2_input_scale", layer.weights.w2_input_scale},
+  };
+  static_assert(std::size(fields) == kFields.size(), "every LayerFile tensor has a view");
   std::vector<NamedTensor> tensors;
   Signatures signatures;
   try {
-    validate(file.config);
-    for (const auto& [name, member] : kFields) {
-      const Tensor& t = file.*member;
-      if (!t.defined()) continue;
-      signatures[name] = {t.dtype(), t.shape()};
-      tensors.push_back({name, t.view()});
+    validate(layer.config);
+    for (const auto& [name, view] : fields) {
+      if (!view.defined()) continue;
+      require(view.device == Device::cpu, std::string(name) + ": expected a host tensor");
+      signatures[name] = {view.dtype, view.shape_vector()};
+      tensors.push_back({name, view});
     }
-    check_tensors(file.config, signatures);
-    for (const auto& [name, t] : file.extra) {
-      require(field(name) == nullptr, "extra '" + name + "': the name belongs to a layer tensor");
-      require(t.defined(), "extra '" + name + "': the tensor is absent");
-      tensors.push_back({name, t.view()});
+    check_tensors(layer.config, signatures);
+    for (const NamedTensor& t : extra) {
+      require(field(t.name) == nullptr, "extra '" + t.name + "': the name belongs to a layer tensor");
+      require(t.view.defined(), "extra '" + t.name + "': the tensor is absent");
+      tensors.push_back(t);
     }
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
-  write_safetensors(path, tensors, config_metadata(file.config));
+  write_safetensors(path, tensors, config_metadata(layer.config));
+}
+
+void write_layer_file(const std::string& path, const LayerFile& file) {
+  std::vector<NamedTensor> extra;
+  for (const auto& [name, t] : file.extra) extra.push_back({name, t.view()});
+  write_layer_file(path,
+                   LayerViews{file.config, file.hidden.view(), file.router_logits.view(), file.topk_ids.view(),
+                              file.topk_weights.view(), file.weights()},
+                   extra);
 }
 
 }  // namespace moekit::io

@@ -5,7 +5,9 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "moekit/config.h"
 #include "moekit/layer.h"
 #include "moekit/tensor.h"
@@ -43,6 +45,15 @@ LayerFile read_layer_file(const std::string& path);
 // Validates like read_layer_file, then writes the config as metadata and every present
 // tensor (extra included). w13 is written gate_up. Nothing is written on error.
 void write_layer_file(const std::string& path, const LayerFile& file);
+
+// The same from views of host tensors (e.g. a run's generated weights and inputs): absent views
+// are left out; extra tensors follow under their own names.
+struct LayerViews {
+  MoEConfig config;
+  TensorView hidden, router_logits, topk_ids, topk_weights;
+  Weights weights;
+};
+void write_layer_file(const std::string& path, const LayerViews& layer, const std::vector<NamedTensor>& extra = {});
 
 // The metadata strings for a config (defaults of the optional keys are left out).
 std::map<std::string, std::string> config_metadata(const MoEConfig& config);

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -108,6 +109,44 @@ TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
   EXPECT_NE(r.err.find("bench: qwen3-30b-a3b T=8"), std::string::npos) << "progress line on stderr";
 }
 
+TEST(ToolsCli, BenchStagesBreakDownTheLayerAndTheJsonSaysWhatRan) {
+  TempDir dir;
+  const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 4 --runs 1 --stages --json " +
+                          dir.file("b.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* step : {"routing", "quantize", "permute", "gemm1", "activation", "gemm2", "finalize"})
+    EXPECT_NE(r.out.find(std::string(step) + " "), std::string::npos) << step << " missing in\n" << r.out;
+  const std::string json = slurp(dir.file("b.json"));
+  for (const char* key : {"\"git_commit\": \"", "\"moekit_version\"", "\"backend\": \"cpu\"", "\"stages\": {\"routing\": ",
+                          "\"gemm2\": ", "\"experts_touched\": "})
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing in\n" << json;
+  EXPECT_EQ(json.find("\"git_commit\": \"\""), std::string::npos) << "an empty commit";
+}
+
+// The problem written by run --save-layer is the problem: run --inputs reproduces the output
+// bit for bit, and bench --inputs times its rows.
+TEST(ToolsCli, SaveLayerWritesTheProblemThatRunAndBenchRead) {
+  TempDir dir;
+  const std::string layer = dir.file("layer.safetensors");
+  const Result saved = moekit("run --preset qwen3-30b-a3b --tokens 12 --seed 3 --backend cpu --save-layer " + layer +
+                              " --dump " + dir.file("a.safetensors"));
+  ASSERT_EQ(saved.code, 0) << saved.err;
+  const Result again = moekit("run --inputs " + layer + " --backend cpu --check --dump " + dir.file("b.safetensors"));
+  ASSERT_EQ(again.code, 0) << again.err << again.out;
+  const io::SafetensorsReader a(dir.file("a.safetensors")), b(dir.file("b.safetensors"));
+  const Tensor out_a = a.read("out"), out_b = b.read("out");
+  ASSERT_EQ(out_a.nbytes(), out_b.nbytes());
+  EXPECT_EQ(std::memcmp(out_a.view().data, out_b.view().data, out_a.nbytes()), 0);
+
+  const Result bench = moekit("bench --backend cpu --runs 1 --inputs " + layer + " --name q3 --tokens 3,12");
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("q3               fp8-block   T=3 "), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("T=12 "), std::string::npos) << bench.out;
+  const Result too_many = moekit("bench --backend cpu --inputs " + layer + " --tokens 13");
+  EXPECT_EQ(too_many.code, 2);
+  EXPECT_NE(too_many.err.find("--tokens: 13 is more than the file's 12 rows"), std::string::npos) << too_many.err;
+}
+
 struct BadCase {
   const char* name;
   const char* arguments;
@@ -146,7 +185,12 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"checkpoint_without_layer", "run --checkpoint /nonexistent --tokens 1", "--layer"},
                       BadCase{"bench_without_preset", "bench --tokens 1", "--preset"},
                       BadCase{"bench_bad_tokens", "bench --preset qwen3-30b-a3b --tokens 0", "--tokens"},
-                      BadCase{"bench_bad_graph", "bench --preset qwen3-30b-a3b --graph maybe", "--graph"}),
+                      BadCase{"bench_bad_graph", "bench --preset qwen3-30b-a3b --graph maybe", "--graph"},
+                      BadCase{"bench_inputs_and_preset", "bench --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"},
+                      BadCase{"bench_name_without_inputs", "bench --preset qwen3-30b-a3b --name x", "--name"},
+                      BadCase{"bench_ep_without_mpirun", "bench --ep 2 --preset qwen3-30b-a3b", "--ep 2"},
+                      BadCase{"bench_ep_combine_without_ep", "bench --preset qwen3-30b-a3b --ep-combine exact", "--ep-combine"},
+                      BadCase{"run_save_layer_with_ep", "run --preset qwen3-30b-a3b --ep 2 --save-layer x", "--save-layer"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {

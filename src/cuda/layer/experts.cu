@@ -81,6 +81,7 @@ class Experts final : public core::ExpertsStage {
     const int rows = int(max_rows(p));
     const RowPlan plan{b.offsets, b.counts};
 
+    core::mark_step(p, "permute", stream);
     permute::PlanArgs plan_args;
     plan_args.topk_ids = args.topk_ids.ptr<std::int32_t>();
     plan_args.counts = b.counts;
@@ -101,10 +102,12 @@ class Experts final : public core::ExpertsStage {
     if (channel) expand(b, b.s1, ceil_div(config_.hidden_size, kBlock), rows, stream, b.s1_gemm);
 
     const auto [g1, g2] = gemms(p);
+    core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.values.view().data,
                        weights_.w13.scales.view().ptr<float>(), static_cast<bf16*>(b.h1)};
     run_grouped_gemm(g1.first, g1.second, a1, b.gemm1_ws.data, stream);
 
+    core::mark_step(p, "activation", stream);
     activation::Args act;
     act.gemm1_out = b.h1;
     act.plan = plan;
@@ -114,6 +117,7 @@ class Experts final : public core::ExpertsStage {
     activation::run(activation_problem(p), act, b.act_ws, stream);
     if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
 
+    core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.values.view().data,
                        weights_.w2.scales.view().ptr<float>(), args.expert_out.ptr<bf16>()};
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);

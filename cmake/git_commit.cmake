@@ -1,0 +1,31 @@
+# Writes OUT with `#define MOEKIT_GIT_COMMIT "<commit>"`: the environment's MOEKIT_GIT_COMMIT, else
+# git's short HEAD of SOURCE (with -dirty for uncommitted changes to tracked files), else
+# "unknown". Run at every build; the file changes only when the commit does.
+set(commit "$ENV{MOEKIT_GIT_COMMIT}")
+if(NOT commit)
+  find_package(Git QUIET)
+  if(GIT_FOUND)
+    execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE}" rev-parse --short=12 HEAD
+                    OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+    if(rc EQUAL 0 AND commit)
+      execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE}" status --porcelain --untracked-files=no
+                      OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+      if(changes)
+        string(APPEND commit "-dirty")
+      endif()
+    else()
+      set(commit "")
+    endif()
+  endif()
+endif()
+if(NOT commit)
+  set(commit "unknown")
+endif()
+set(text "#define MOEKIT_GIT_COMMIT \"${commit}\"\n")
+set(old "")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" old)
+endif()
+if(NOT old STREQUAL text)
+  file(WRITE "${OUT}" "${text}")
+endif()

@@ -1,0 +1,72 @@
+#include "bench_json.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "git_commit.h"
+#include "moekit/error.h"
+#include "moekit/moekit.h"
+
+namespace moekit::cli {
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\u%04x", c);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s.precision(7);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+void write_bench_json(const std::string& path, const BenchRecord& r) {
+  std::ostringstream j;
+  j << "{\"moekit_version\": " << quoted(std::string(version())) << ", \"git_commit\": " << quoted(MOEKIT_GIT_COMMIT)
+    << ", \"backend\": " << quoted(r.backend) << ", \"routing\": " << quoted(r.routing)
+    << ", \"gpu\": " << quoted(r.gpu.name) << ", \"driver\": " << quoted(r.gpu.driver) << ", \"sms\": " << r.gpu.sms
+    << ",\n \"ceilings\": {\"copy_gbs\": " << number(r.ceilings.copy_gbs)
+    << ", \"bf16_tflops\": " << number(r.ceilings.bf16_tflops) << ", \"fp8_tflops\": " << number(r.ceilings.fp8_tflops)
+    << ", \"fp8_block_tflops\": " << number(r.ceilings.fp8_block_tflops)
+    << ", \"source\": " << quoted(r.ceilings.source) << "},\n \"cases\": [";
+  for (std::size_t i = 0; i < r.cases.size(); ++i) {
+    const BenchCase& c = r.cases[i];
+    j << (i ? ",\n  " : "\n  ") << "{\"preset\": " << quoted(c.preset) << ", \"quant\": " << quoted(c.quant)
+      << ", \"tokens\": " << c.tokens << ", \"us\": " << number(c.us)
+      << ", \"tflops\": " << number(c.roof.flops / c.us / 1e6) << ", \"gbs\": " << number(c.roof.bytes / c.us / 1e3)
+      << ", \"flops\": " << number(c.roof.flops) << ", \"bytes\": " << number(c.roof.bytes)
+      << ", \"experts_touched\": " << c.roof.experts_touched << ", \"floor_us\": " << number(c.floor_us)
+      << ", \"efficiency\": " << (c.floor_us > 0 ? number(c.floor_us / c.us) : "null")
+      << ", \"graph\": " << (c.graph ? "true" : "false");
+    if (!c.stages.empty()) {
+      j << ", \"stages\": {";
+      for (std::size_t s = 0; s < c.stages.size(); ++s)
+        j << (s ? ", " : "") << quoted(c.stages[s].first) << ": " << number(c.stages[s].second);
+      j << "}";
+    }
+    j << "}";
+  }
+  j << "\n]}\n";
+  std::ofstream out(path);
+  out << j.str();
+  if (!out) throw Error("--json: cannot write " + path);
+}
+
+}  // namespace moekit::cli

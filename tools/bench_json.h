@@ -1,0 +1,34 @@
+// What `moekit bench` measured, and its JSON form (read by bench/report.py and bench/plot.py).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_gpu.h"
+#include "bench_roofline.h"
+
+namespace moekit::cli {
+
+struct BenchCase {
+  std::string preset, quant;
+  std::int64_t tokens = 0;
+  double us = 0;
+  bool graph = false;
+  Roofline roof;
+  double floor_us = 0;                                 // 0 without ceilings (CPU)
+  std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
+};
+
+struct BenchRecord {
+  std::string backend, routing;
+  GpuInfo gpu;         // empty on the CPU
+  Ceilings ceilings;   // zeros on the CPU
+  std::vector<BenchCase> cases;
+};
+
+// The version, the git commit the binary was built from, the machine and every case.
+void write_bench_json(const std::string& path, const BenchRecord& record);
+
+}  // namespace moekit::cli

@@ -1,0 +1,37 @@
+// The per-step breakdown of `moekit bench --stages`: a StepObserver that timestamps each step
+// of a forward (CUDA events on the GPU, the host clock on the CPU) while it is active.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "moekit/layer.h"
+
+namespace moekit::cli {
+
+class StepTimes final : public StepObserver {
+ public:
+  explicit StepTimes(Device device) : device_(device) {}
+  ~StepTimes() override;
+  StepTimes(const StepTimes&) = delete;
+  StepTimes& operator=(const StepTimes&) = delete;
+
+  // Marks are kept from begin() until the forward is done; inactive otherwise (graph capture).
+  void begin();
+  void step(std::string_view name, Stream stream) override;
+  // After the device finished the forward: each step's µs, in the order they ran ("end" closes
+  // the last one). Deactivates.
+  std::vector<std::pair<std::string, double>> finish();
+
+ private:
+  Device device_;
+  bool active_ = false;
+  std::vector<std::string> names_;
+  std::vector<void*> events_;  // cudaEvent_t, reused from call to call
+  std::vector<std::chrono::steady_clock::time_point> host_times_;
+};
+
+}  // namespace moekit::cli
