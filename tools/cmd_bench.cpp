@@ -286,7 +286,7 @@ int cmd_bench(int argc, char** argv) {
       {"seed", true, "seed of weights and inputs (default 1)"},
       {"json", true, "also write the results to this JSON file"},
       {"ep", true, "expert parallelism over N ranks: mpirun -np N moekit bench --ep N (see --help there)"},
-      {"ep-combine", true, "with --ep: auto|exact|partial"},
+      {"ep-combine", true, "with --ep: auto|exact|partial[,...] (a table each)"},
       {"help", false, "this text"},
   };
   const Args args(argc, argv, 2, flags);

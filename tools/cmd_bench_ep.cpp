@@ -129,6 +129,84 @@ void print_cases(const MoEConfig& c, const std::string& preset, Communicator& co
   std::fflush(stdout);
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+// The whole batch of a case: N T tokens, the same on every rank; rank r's are rows [r T, r T + T).
+struct Batch {
+  MoEConfig whole;
+  std::uint64_t seed = 0;
+  int ranks = 1;
+  std::pair<Tensor, Tensor> make(std::int64_t tokens_per_rank) const {
+    const std::int64_t total = tokens_per_rank * ranks;
+    return {core::make_hidden(total, whole.hidden_size, seed + 100),
+            core::make_router_logits(total, whole.num_experts, DType::f32, seed + 100)};
+  }
+};
+
+struct EpLayers {
+  Layer* plain;     // EpTiming::plain: the layer's time
+  Layer* profiled;  // EpTiming::barriers: each step's time
+};
+
+// This rank's medians for T tokens per rank, gathered from every rank.
+Case measure_ep(Communicator& world, const Batch& batch, const EpLayers& layers, std::int64_t t, int runs) {
+  const Device device = layers.plain->device();
+  const MoEConfig& c = batch.whole;
+  const auto [hidden, logits] = batch.make(t);
+  DeviceTensor d_hidden(DType::bf16, {t, c.hidden_size}, device), d_logits(DType::f32, {t, c.num_experts}, device);
+  DeviceTensor d_out(DType::bf16, {t, c.hidden_size}, device);
+  d_hidden.copy_from(rows_of(hidden.view(), world.rank() * t, t));
+  d_logits.copy_from(rows_of(logits.view(), world.rank() * t, t));
+  auto forward = [&](Layer& l) {
+    l.forward(FusedArgs{d_hidden.view(), d_logits.view(), d_out.view(), {}, {}});
+    synchronize(device);
+  };
+  RankRow row;
+  row.layer_ms = median_ms(world, runs, [&] { forward(*layers.plain); });
+  std::vector<double> dispatch, combine;
+  for (int i = 0; i < runs + 2; ++i) {
+    forward(*layers.profiled);
+    const EpStats s = layers.profiled->ep_stats();
+    if (i < 2) continue;
+    dispatch.push_back(s.dispatch_ms);
+    combine.push_back(s.combine_ms);
+    row.dispatch_remote_bytes = double(s.dispatch_remote_bytes);
+    row.combine_remote_bytes = double(s.combine_remote_bytes);
+  }
+  row.dispatch_ms = median(dispatch);
+  row.combine_ms = median(combine);
+  Case k;
+  k.tokens = t;
+  k.ranks.resize(std::size_t(world.size()));
+  world.all_gather(&row, k.ranks.data(), sizeof row, nullptr);
+  return k;
+}
+
+// Wall-clock median ms of the single-device layer on the whole batch of a case.
+double single_device_ms(Layer& single, const Batch& batch, std::int64_t tokens_per_rank, int runs) {
+  const Device device = single.device();
+  const MoEConfig& c = batch.whole;
+  const auto [hidden, logits] = batch.make(tokens_per_rank);
+  const std::int64_t total = hidden.size(0);
+  DeviceTensor d_hidden(DType::bf16, {total, c.hidden_size}, device), d_logits(DType::f32, {total, c.num_experts}, device);
+  DeviceTensor d_out(DType::bf16, {total, c.hidden_size}, device);
+  d_hidden.copy_from(hidden.view());
+  d_logits.copy_from(logits.view());
+  std::vector<double> ms;
+  for (int i = 0; i < runs + 2; ++i) {
+    const auto start = Clock::now();
+    single.forward(FusedArgs{d_hidden.view(), d_logits.view(), d_out.view(), {}, {}});
+    synchronize(device);
+    if (i >= 2) ms.push_back(ms_since(start));
+  }
+  return median(ms);
+}
+
 int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, std::chrono::milliseconds timeout) {
   const int n = world.size(), rank = world.rank();
   const std::string preset = args.get("preset", "");
@@ -148,55 +226,37 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
   if (device == Device::cuda) nccl = make_nccl_communicator(world, mpi.local_rank(), {timeout});
   Communicator& comm = nccl ? *nccl : world;
 
+  std::vector<EpCombine> combines;
+  for (const std::string& name : split_list(args.get("ep-combine", "auto"))) {
+    if (name == "exact") combines.push_back(EpCombine::exact);
+    else if (name == "partial") combines.push_back(EpCombine::partial);
+    else if (name == "auto") combines.push_back(EpCombine::automatic);
+    else throw UsageError("--ep-combine: expected auto|exact|partial[,...], given '" + name + "'");
+  }
   if (rank == 0) std::fprintf(stderr, "bench --ep: generating each rank's experts...\n");
   const core::SyntheticLayer local = core::make_synthetic_layer(mine, seed);
-  LayerOptions options;
-  options.backend = backend;
-  options.comm = &comm;
-  const std::string combine = args.get("ep-combine", "auto");
-  if (combine == "exact") options.ep.combine = EpCombine::exact;
-  else if (combine == "partial") options.ep.combine = EpCombine::partial;
-  else if (combine != "auto") throw UsageError("--ep-combine: expected one of auto|exact|partial, given '" + combine + "'");
-  Layer layer(mine, local.weights(), options);
-  options.ep.timing = EpTiming::barriers;
-  Layer profiled(mine, local.weights(), options);
   Link link;
   link.block = std::size_t(device == Device::cuda ? 256 : 16) << 20;
   link.gbs = link_gbs(comm, device, link.block);
 
-  std::vector<Case> cases;
-  for (std::int64_t t : token_list) {
-    if (rank == 0) std::fprintf(stderr, "bench --ep: T=%lld per rank...\n", static_cast<long long>(t));
-    // The whole batch, the same on every rank; this rank's tokens are rows [rank T, rank T + T).
-    const Tensor hidden = core::make_hidden(t * n, whole.hidden_size, seed + 100);
-    const Tensor logits = core::make_router_logits(t * n, whole.num_experts, DType::f32, seed + 100);
-    DeviceTensor d_hidden(DType::bf16, {t, whole.hidden_size}, device), d_logits(DType::f32, {t, whole.num_experts}, device);
-    DeviceTensor d_out(DType::bf16, {t, whole.hidden_size}, device);
-    d_hidden.copy_from(rows_of(hidden.view(), rank * t, t));
-    d_logits.copy_from(rows_of(logits.view(), rank * t, t));
-    auto forward = [&](Layer& l) {
-      l.forward(FusedArgs{d_hidden.view(), d_logits.view(), d_out.view(), {}, {}});
-      synchronize(device);
-    };
-    RankRow row;
-    row.layer_ms = median_ms(world, runs, [&] { forward(layer); });
-    std::vector<double> dispatch, combine_ms;
-    for (int i = 0; i < runs + 2; ++i) {
-      forward(profiled);
-      const EpStats s = profiled.ep_stats();
-      if (i < 2) continue;
-      dispatch.push_back(s.dispatch_ms);
-      combine_ms.push_back(s.combine_ms);
-      row.dispatch_remote_bytes = double(s.dispatch_remote_bytes);
-      row.combine_remote_bytes = double(s.combine_remote_bytes);
+  const Batch batch{whole, seed, n};
+  std::vector<std::pair<EpCombine, std::vector<Case>>> results;
+  for (const EpCombine combine : combines) {
+    LayerOptions options;
+    options.backend = backend;
+    options.comm = &comm;
+    options.ep.combine = combine;
+    Layer layer(mine, local.weights(), options);
+    options.ep.timing = EpTiming::barriers;
+    Layer profiled(mine, local.weights(), options);
+    std::vector<Case> cases;
+    for (std::int64_t t : token_list) {
+      if (rank == 0)
+        std::fprintf(stderr, "bench --ep: combine %s, T=%lld per rank...\n", std::string(to_string(combine)).c_str(),
+                     static_cast<long long>(t));
+      cases.push_back(measure_ep(world, batch, {&layer, &profiled}, t, runs));
     }
-    row.dispatch_ms = median(dispatch);
-    row.combine_ms = median(combine_ms);
-    Case k;
-    k.tokens = t;
-    k.ranks.resize(std::size_t(n));
-    world.all_gather(&row, k.ranks.data(), sizeof row, nullptr);
-    cases.push_back(k);
+    results.emplace_back(layer.ep_combine(), cases);
   }
 
   // Rank 0 alone: the single-device layer over the whole batch of each case.
@@ -206,25 +266,11 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
     LayerOptions single_options;
     single_options.backend = backend;
     Layer single(whole, all.weights(), single_options);
-    for (Case& k : cases) {
-      const std::int64_t total = k.tokens * n;
-      const Tensor hidden = core::make_hidden(total, whole.hidden_size, seed + 100);
-      const Tensor logits = core::make_router_logits(total, whole.num_experts, DType::f32, seed + 100);
-      DeviceTensor d_hidden(DType::bf16, {total, whole.hidden_size}, device);
-      DeviceTensor d_logits(DType::f32, {total, whole.num_experts}, device);
-      DeviceTensor d_out(DType::bf16, {total, whole.hidden_size}, device);
-      d_hidden.copy_from(hidden.view());
-      d_logits.copy_from(logits.view());
-      std::vector<double> ms;
-      for (int i = 0; i < runs + 2; ++i) {
-        const auto start = Clock::now();
-        single.forward(FusedArgs{d_hidden.view(), d_logits.view(), d_out.view(), {}, {}});
-        synchronize(device);
-        if (i >= 2) ms.push_back(ms_since(start));
-      }
-      k.single_ms = median(ms);
+    for (std::size_t i = 0; i < token_list.size(); ++i) {
+      const double ms = single_device_ms(single, batch, token_list[i], runs);
+      for (auto& [combine, cases] : results) cases[i].single_ms = ms;
     }
-    print_cases(mine, preset, comm, layer.ep_combine(), link, cases);
+    for (const auto& [combine, cases] : results) print_cases(mine, preset, comm, combine, link, cases);
   }
   world.barrier(nullptr);
   return 0;
