@@ -132,6 +132,24 @@ def read_layer_file(path, device="cpu"):
     return layer
 
 
+@dataclass
+class Inputs:
+    """One case's inputs: the first T rows of the layer file's per-token tensors."""
+    hidden: torch.Tensor                # [T, H] bf16
+    router_logits: torch.Tensor = None  # [T, E]
+    bias: torch.Tensor = None           # [E]
+    topk_ids: torch.Tensor = None       # [T, k]
+    topk_weights: torch.Tensor = None   # [T, k]
+
+
+def first_rows(layer, tokens):
+    """Inputs of the first `tokens` rows."""
+    def head(t):
+        return None if t is None else t[:tokens]
+    return Inputs(hidden=layer.hidden[:tokens], router_logits=head(layer.router_logits), bias=layer.bias,
+                  topk_ids=head(layer.topk_ids), topk_weights=head(layer.topk_weights))
+
+
 def _check_shapes(layer):
     c = layer.config
     e, h, i, w = c.num_experts, c.hidden_size, c.intermediate_size, c.gemm1_width
