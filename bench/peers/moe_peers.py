@@ -133,7 +133,7 @@ def print_case(case):
     us = f"{case['us']:10.1f} us" if case["us"] is not None else " " * 13
     err = case["rel_err_vs_moekit"]
     err_text = "NaN!" if case.get("nan") else (f"{err:.2e}" if err is not None else "-")
-    print(f"{case['peer']:18s} T={case['tokens']:<6d} {us}  rel_err={err_text:9s} {case['status']}", flush=True)
+    print(f"{case['peer']:18s} T={case['tokens']:<6d} {us}  rel_err={err_text:9s} {case['status'][:140]}", flush=True)
 
 
 # ---- inputs ---------------------------------------------------------------------------
