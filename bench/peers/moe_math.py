@@ -81,48 +81,25 @@ def quantize_rows(x, scale_format="f32"):
 
 @dataclass
 class ExpertPlan:
-    """The (token, slot) pairs in expert order, for a grouped GEMM over 2-D rows x 3-D weights.
-
-    Row r of the grouped activations holds pair order[i] at r = dest[i]; group e owns rows
-    [offs[e-1], offs[e]) (offs[-1] = rows). With align > 1 each group is padded with zero rows
-    to a multiple of align, and rows is the padded total."""
-    order: torch.Tensor   # [T*k] int64, flat pair index (token * k + slot), sorted by expert
-    tokens: torch.Tensor  # [T*k] int64, the token of each sorted pair
-    dest: torch.Tensor    # [T*k] int64, its row in the grouped activations
+    """The (token, slot) pairs in expert order, for a grouped GEMM over 2-D rows x 3-D weights:
+    row i of the grouped activations is pair order[i] (flat index token * k + slot), and group e
+    owns rows [offs[e-1], offs[e])."""
+    order: torch.Tensor   # [T*k] int64
+    tokens: torch.Tensor  # [T*k] int64, the token of each row
     offs: torch.Tensor    # [E] int32, cumulative group ends
-    rows: int
 
 
-def plan_by_expert(ids, num_experts, align=1):
-    """ExpertPlan of topk_ids [T, k]. align > 1 costs one host sync (the padded row count)."""
-    flat = ids.reshape(-1)
-    order = torch.sort(flat, stable=True).indices
-    tokens = order // ids.shape[1]
-    counts = torch.bincount(flat, minlength=num_experts)
-    if align == 1:
-        dest = torch.arange(flat.numel(), device=ids.device)
-        return ExpertPlan(order, tokens, dest, torch.cumsum(counts, 0).to(torch.int32), flat.numel())
-    padded = (counts + align - 1) // align * align
-    padded_end = torch.cumsum(padded, 0)
-    first = torch.cumsum(counts, 0) - counts           # first sorted pair of each expert
-    expert = flat[order]
-    rank_in_group = torch.arange(flat.numel(), device=ids.device) - first[expert]
-    dest = padded_end[expert] - padded[expert] + rank_in_group
-    return ExpertPlan(order, tokens, dest, padded_end.to(torch.int32), int(padded_end[-1].item()))
-
-
-def gather_rows(x, plan):
-    """The grouped activations [plan.rows, H]: x's rows in expert order, zero padding rows."""
-    if plan.rows == plan.tokens.numel():
-        return x[plan.tokens]
-    grouped = torch.zeros(plan.rows, x.shape[1], dtype=x.dtype, device=x.device)
-    grouped[plan.dest] = x[plan.tokens]
-    return grouped
+def plan_by_expert(ids, num_experts):
+    """ExpertPlan of topk_ids [T, k], without a host sync (searchsorted, not bincount)."""
+    sorted_ids, order = torch.sort(ids.reshape(-1), stable=True)
+    experts = torch.arange(num_experts, device=ids.device)
+    offs = torch.searchsorted(sorted_ids, experts, right=True).to(torch.int32)
+    return ExpertPlan(order, order // ids.shape[1], offs)
 
 
 def combine(y, plan, weights):
     """out [T, H] bf16 = Σ_slot weight · y(row of (token, slot)), summed in f32 in slot order."""
     t, k = weights.shape
     pair_rows = torch.empty(t * k, y.shape[1], dtype=y.dtype, device=y.device)
-    pair_rows[plan.order] = y[plan.dest]
+    pair_rows[plan.order] = y
     return (pair_rows.view(t, k, -1).float() * weights.unsqueeze(-1)).sum(dim=1).to(torch.bfloat16)

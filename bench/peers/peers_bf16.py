@@ -9,7 +9,7 @@ whole layer from router_logits: routing, experts, weighted combine. The contract
 import torch
 
 from layer_file import dequantize_all
-from moe_math import activate, apply_placement, combine, gather_rows, plan_by_expert
+from moe_math import activate, apply_placement, combine, plan_by_expert
 from routing import routing_of
 
 BF16 = torch.bfloat16
@@ -64,7 +64,7 @@ class GroupedMM:
         ids, weights = routing_of(self.config, inputs)
         x, weights = apply_placement(self.config, inputs.hidden, weights)
         plan = plan_by_expert(ids, self.config.num_experts)
-        gate_up = self.ops.grouped_mm(gather_rows(x, plan), self.w13, plan.offs)  # [T*k, W]
+        gate_up = self.ops.grouped_mm(x[plan.tokens], self.w13, plan.offs)  # [T*k, W]
         act = activate(gate_up, self.config).to(BF16)                              # [T*k, I]
         y = self.ops.grouped_mm(act, self.w2, plan.offs)                           # [T*k, H]
         return combine(y, plan, weights)

@@ -178,19 +178,18 @@ def test_random_layers(report):
                 report.check(err <= tol and not torch.isnan(out).any(), f"{label} rel_err {err:.2e}")
 
 
-def test_padded_plan(report):
+def test_plan(report):
     ids = torch.tensor([[3, 0], [3, 1], [0, 3], [5, 3]])
-    plan = plan_by_expert(ids, num_experts=6, align=16)
-    ok = plan.offs.tolist() == [16, 32, 32, 48, 48, 64] and plan.rows == 64 and \
-        plan.dest.tolist() == [0, 1, 16, 32, 33, 34, 35, 48]
-    report.check(ok, f"padded plan: offs {plan.offs.tolist()} dest {plan.dest.tolist()}")
+    plan = plan_by_expert(ids, num_experts=7)
+    ok = plan.offs.tolist() == [2, 3, 3, 7, 7, 8, 8] and plan.order.tolist() == [1, 4, 3, 0, 2, 5, 7, 6]
+    report.check(ok, f"expert plan: offs {plan.offs.tolist()} order {plan.order.tolist()}")
 
 
 def self_test(golden):
     torch.manual_seed(0)
     report = Report()
     test_routing(golden, report)
-    test_padded_plan(report)
+    test_plan(report)
     test_golden_layer(golden, report)
     test_random_layers(report)
     print(f"self-test: {'all passed' if report.failures == 0 else f'{report.failures} failed'}")
