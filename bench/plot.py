@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
-from report import EFFICIENCY_TARGET, load_rows, peer_names, read_json  # noqa: E402
+from report import EFFICIENCY_TARGET, load_rows, peer_names, read_json, read_moekit  # noqa: E402
 
 
 def plot_efficiency(ax, rows):
@@ -70,11 +70,11 @@ def figure(moekit, rows):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--moekit", required=True, help="moekit bench --json output")
+    p.add_argument("--moekit", nargs="+", required=True, help="moekit bench --json output(s)")
     p.add_argument("--peers", nargs="*", default=[], help="moe_peers.py --json outputs")
     p.add_argument("--out", default="docs/bench.png")
     args = p.parse_args(argv)
-    moekit = read_json(args.moekit)
+    moekit = read_moekit(args.moekit)
     rows = load_rows(moekit, [read_json(path) for path in args.peers])
     if not rows:
         print("plot: moekit's JSON has no cases", file=sys.stderr)

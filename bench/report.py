@@ -1,6 +1,6 @@
 """moekit next to its peers: one table from `moekit bench --json` and bench/peers/moe_peers.py --json.
 
-    python3 bench/report.py --moekit moekit.json --peers peers-deepseek-v3.json [more.json ...] [--markdown OUT.md]
+    python3 bench/report.py --moekit moekit.json [more.json ...] --peers peers-deepseek-v3.json [more.json ...] [--markdown OUT.md]
 
 Per (preset, T): moekit µs, each peer's µs, the speedup of moekit over the fastest peer that
 ran, moekit's roofline efficiency (floor / time, DESIGN §9) and each peer's error against
@@ -58,6 +58,15 @@ class Row:
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_moekit(paths):
+    """One record from one or more `moekit bench --json` files (e.g. one per preset): the first
+    file's machine and ceilings, every file's cases in order."""
+    records = [read_json(path) for path in paths]
+    merged = dict(records[0])
+    merged["cases"] = [case for record in records for case in record.get("cases", [])]
+    return merged
 
 
 def copy_gbs(moekit):
@@ -188,11 +197,11 @@ def heading(moekit):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--moekit", required=True, help="moekit bench --json output")
+    p.add_argument("--moekit", nargs="+", required=True, help="moekit bench --json output(s)")
     p.add_argument("--peers", nargs="*", default=[], help="moe_peers.py --json outputs")
     p.add_argument("--markdown", help="also write the table and targets as Markdown here")
     args = p.parse_args(argv)
-    moekit = read_json(args.moekit)
+    moekit = read_moekit(args.moekit)
     rows = load_rows(moekit, [read_json(path) for path in args.peers])
     header, body = table(rows)
     targets = summary(rows, copy_gbs(moekit))

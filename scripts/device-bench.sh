@@ -4,7 +4,9 @@
 # and moekit's output on it, time moekit on its rows (`moekit bench --inputs ... --stages`), run
 # the PyTorch peers on the same file (bench/peers/moe_peers.py, each checked against moekit's
 # output), and print one table: case, moekit µs, each peer's µs, speedup, roofline efficiency.
-# Results (JSON, table, PNG) go to $OUT (or ./device-out).
+# Results go to $OUT (or ./device-out): moekit_<preset>.json, peers_<preset>.json, bench.png,
+# table.md and device-bench.log (the tails of every step's log); the full logs stay in
+# $MOEKIT_BENCH_WORK/logs (at most 8 files come back from a lent machine).
 #   MOEKIT_BENCH_PRESETS="qwen3-30b-a3b deepseek-v3"   which presets (default both)
 #   MOEKIT_BENCH_TOKENS=1,8,64,512,4096,16384           which T (the layer file holds the largest)
 #   MOEKIT_GIT_COMMIT=<sha>                             recorded in the JSON when there is no .git
@@ -16,9 +18,10 @@ presets="${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b deepseek-v3}"
 tokens="${MOEKIT_BENCH_TOKENS:-1,8,64,512,4096,16384}"
 max_tokens=$(tr ',' '\n' <<<"$tokens" | sort -n | tail -n 1)
 work="${MOEKIT_BENCH_WORK:-/tmp/moekit-bench}"
-mkdir -p "$work"
+logs="$work/logs"
+mkdir -p "$logs"
 export PATH="/usr/local/cuda/bin:$PATH"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv 2>&1
 
 if [ -n "${MOEKIT_PREBUILT:-}" ] && [ -x "$MOEKIT_PREBUILT/moekit" ]; then
   cli="$MOEKIT_PREBUILT/moekit"
@@ -28,9 +31,9 @@ else
   [ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
   command -v ninja >/dev/null && args+=(-G Ninja)
   start=$(date +%s)
-  if ! cmake -S "$root" -B "$build" "${args[@]}" >"$out/cmake.log" 2>&1 ||
-     ! cmake --build "$build" -j 16 --target moekit_cli >"$out/build.log" 2>&1; then
-    tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
+  if ! cmake -S "$root" -B "$build" "${args[@]}" >"$logs/cmake.log" 2>&1 ||
+     ! cmake --build "$build" -j 16 --target moekit_cli >"$logs/build.log" 2>&1; then
+    tail -n 40 "$logs/cmake.log" "$logs/build.log" 2>/dev/null
     echo "BUILD FAILED"
     exit 1
   fi
@@ -45,20 +48,20 @@ for preset in $presets; do
   echo "== $preset: layer file with $max_tokens tokens, moekit's output on it"
   start=$(date +%s)
   if ! "$cli" run --preset "$preset" --tokens "$max_tokens" --backend cuda --save-layer "$layer" \
-       --dump "$work/$preset.out.safetensors" >"$out/run_$preset.log" 2>&1; then
-    tail -n 20 "$out/run_$preset.log"; status=1; continue
+       --dump "$work/$preset.out.safetensors" >"$logs/run_$preset.log" 2>&1; then
+    tail -n 20 "$logs/run_$preset.log"; status=1; continue
   fi
   echo "   written in $(( $(date +%s) - start )) s"
   echo "== $preset: moekit bench"
   if "$cli" bench --inputs "$layer" --name "$preset" --tokens "$tokens" --stages \
-       --json "$out/moekit_$preset.json" 2>"$out/bench_$preset.err" | tee "$out/bench_$preset.log"; then
+       --json "$out/moekit_$preset.json" 2>"$logs/bench_$preset.err" | tee "$logs/bench_$preset.log"; then
     moekit_json+=("$out/moekit_$preset.json")
   else
-    tail -n 20 "$out/bench_$preset.err"; status=1
+    tail -n 20 "$logs/bench_$preset.err"; status=1
   fi
   echo "== $preset: peers"
   if python3 "$root/bench/peers/moe_peers.py" --layer "$layer" --moekit-out "$work/$preset.out.safetensors" \
-       --name "$preset" --tokens "$tokens" --json "$out/peers_$preset.json" 2>&1 | tee "$out/peers_$preset.log"; then
+       --name "$preset" --tokens "$tokens" --json "$out/peers_$preset.json" 2>&1 | tee "$logs/peers_$preset.log"; then
     peer_json+=("$out/peers_$preset.json")
   else
     status=1
@@ -74,4 +77,5 @@ if [ ${#moekit_json[@]} -gt 0 ]; then
   python3 "$root/bench/report.py" --moekit "${moekit_json[@]}" --peers "${peer_json[@]}" \
     --markdown "$out/table.md" || status=1
 fi
+for f in "$logs"/*; do echo "==== $(basename "$f")"; tail -n 40 "$f"; done >"$out/device-bench.log" 2>&1
 exit $status
