@@ -78,8 +78,9 @@ void run_case(const Case& c) {
 
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
-  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong}) {
-    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows};
+  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma}) {
+    if (tile == GemmTile::rows8_warp_mma && c.rows_per_group > 8) continue;  // decode only
+    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
     const moekit::cuda::GroupedGemmConfig config{tile};
     const moekit::Status ok = moekit::cuda::can_implement(desc, config);
     if (!ok) {
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
         {GemmKind::fp8_block, 256, 128, 4096, 7168},   // deepseek-v3 GEMM1, T=4096 (k=8, balanced)
         {GemmKind::fp8_block, 256, 128, 7168, 2048},   // deepseek-v3 GEMM2, T=4096
         {GemmKind::fp8_block, 256, 2, 4096, 7168},     // deepseek-v3 GEMM1, T=64 (decode-ish)
+        {GemmKind::fp8_block, 8, 1, 4096, 7168},       // deepseek-v3 GEMM1, T=1: the 8 experts hit
+        {GemmKind::fp8_block, 8, 1, 7168, 2048},       // deepseek-v3 GEMM2, T=1
+        {GemmKind::fp8_block, 8, 1, 1536, 2048},       // qwen3-30b-a3b GEMM1, T=1
+        {GemmKind::fp8_block, 8, 1, 2048, 768},        // qwen3-30b-a3b GEMM2, T=1
+        {GemmKind::fp8_block, 48, 1, 4096, 7168},      // deepseek-v3 GEMM1, T=8 (~47 experts hit)
     };
   }
   std::printf("%-12s %-22s %s\n", "kind", "tile", "shape / time / rate");

@@ -4,14 +4,19 @@
 # GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
-#   MOEKIT_STEPS="tests sanitize bench gemm layer ncu"  which steps (default: all but ncu)
+#   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu"  which steps (default: all but ncu)
+#   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs
+# Full logs stay in $MOEKIT_LOG_DIR (default /tmp/moekit-device-logs); $OUT gets the few that
+# matter (at most 8 files come back from a lent machine).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
 mkdir -p "$out"
-steps="${MOEKIT_STEPS:-tests sanitize bench gemm layer}"
+logs="${MOEKIT_LOG_DIR:-/tmp/moekit-device-logs}"
+mkdir -p "$logs"
+steps="${MOEKIT_STEPS:-tests sanitize bench gemm layer decode}"
 export PATH="/usr/local/cuda/bin:$PATH"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1
 
 bin=""
 [ -n "${MOEKIT_PREBUILT:-}" ] && [ -d "$MOEKIT_PREBUILT/lib" ] && export LD_LIBRARY_PATH="$MOEKIT_PREBUILT/lib:${LD_LIBRARY_PATH:-}"
@@ -28,9 +33,9 @@ else
   echo "== building in $build"
   start=$(date +%s)
   if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON "${gtest_args[@]}" \
-        >"$out/cmake.log" 2>&1 ||
-     ! cmake --build "$build" -j 16 --target test_cuda cuda_stages_bench grouped_gemm_bench moekit_cli >"$out/build.log" 2>&1; then
-    tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
+        >"$logs/cmake.log" 2>&1 ||
+     ! cmake --build "$build" -j 16 --target test_cuda cuda_stages_bench grouped_gemm_bench moekit_cli >"$logs/build.log" 2>&1; then
+    tail -n 40 "$logs/cmake.log" "$logs/build.log" 2>/dev/null
     echo "BUILD FAILED"
     exit 1
   fi
@@ -39,28 +44,28 @@ else
 fi
 
 tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; bench_status="not run"
-gemm_status="not run"; layer_status="not run"
+gemm_status="not run"; layer_status="not run"; decode_status="not run"
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda"
   "$bin/tests/test_cuda" --gtest_color=no 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
 fi
 if [[ " $steps " == *" sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
-  filter='Cuda*:-CudaFp8Codec.*'
+  filter="${MOEKIT_SANITIZE_FILTER:-Cuda*:-CudaFp8Codec.*}"
   echo "== compute-sanitizer memcheck ($filter, small cases)"
   MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$out/memcheck.log" 2>&1
-  rc=$?; tail -n 4 "$out/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
+    >"$logs/memcheck.log" 2>&1
+  rc=$?; tail -n 4 "$logs/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
   echo "== compute-sanitizer racecheck"
   MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$out/racecheck.log" 2>&1
-  rc=$?; tail -n 4 "$out/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
+    >"$logs/racecheck.log" 2>&1
+  rc=$?; tail -n 4 "$logs/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
 fi
 if [[ " $steps " == *" bench "* ]]; then
   echo "== cuda_stages_bench"
-  "$bin/bench/cuda_stages_bench" >"$out/bench.log" 2>&1
+  "$bin/bench/cuda_stages_bench" >"$logs/bench.log" 2>&1
   if [ $? -eq 0 ]; then bench_status="ran"; else bench_status="FAIL"; fi
-  grep -v "^|" "$out/bench.log" | tail -n 20
+  grep -v "^|" "$logs/bench.log" | tail -n 20
 fi
 
 if [[ " $steps " == *" gemm "* ]]; then
@@ -81,6 +86,12 @@ if [[ " $steps " == *" layer "* ]]; then
     [[ "$line" == *"check: PASS"* ]] || layer_status="FAIL"
   done
 fi
+if [[ " $steps " == *" decode "* ]]; then
+  echo "== moekit bench, decode and small T, per step"
+  if "$bin/moekit" bench --preset qwen3-30b-a3b,deepseek-v3 --tokens "${MOEKIT_DECODE_TOKENS:-1,8,16,64}" --stages \
+       --json "$out/decode.json" >"$out/decode.log" 2>"$logs/decode.err"; then decode_status="ran"; else decode_status="FAIL"; fi
+  tail -n 3 "$logs/decode.err"
+fi
 if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
   # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
   for kernel in ${MOEKIT_NCU_KERNELS:-route_registers quantize_groups activate_groups finalize_tokens}; do
@@ -96,6 +107,6 @@ fi
 echo
 echo "== summary"
 echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status | gemm: $gemm_status | layer: $layer_status"
-[ -f "$out/bench.log" ] && grep "^|" "$out/bench.log"
+[ -f "$logs/bench.log" ] && grep "^|" "$logs/bench.log"
 [ -f "$out/gemm.log" ] && cat "$out/gemm.log"
-[ "$tests_status" != "FAIL" ] && [ "$gemm_status" != "FAIL" ] && [ "$layer_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]
+[ "$decode_status" != "FAIL" ] && [ "$tests_status" != "FAIL" ] && [ "$gemm_status" != "FAIL" ] && [ "$layer_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]

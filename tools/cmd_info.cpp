@@ -42,8 +42,9 @@ int cmd_explain(int argc, char** argv) {
   const std::int64_t tokens = args.get_int("tokens", 64, 0, std::int64_t(1) << 24);
   const double per_group = double(tokens * config.top_k()) / double(config.num_experts);
   const cuda::GemmKind kind = cuda::gemm_kind(config.quant.scheme);
-  const cuda::GroupedGemmDesc gemm1{kind, config.local_experts(), config.gemm1_width(), config.hidden_size, 0};
-  const cuda::GroupedGemmDesc gemm2{kind, config.local_experts(), config.hidden_size, config.intermediate_size, 0};
+  const std::int64_t pairs = tokens * config.top_k();
+  const cuda::GroupedGemmDesc gemm1{kind, config.local_experts(), config.gemm1_width(), config.hidden_size, 0, pairs};
+  const cuda::GroupedGemmDesc gemm2{kind, config.local_experts(), config.hidden_size, config.intermediate_size, 0, pairs};
   for (const auto& [name, desc] : {std::pair{"GEMM1", gemm1}, std::pair{"GEMM2", gemm2}}) {
     const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, per_group);
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),

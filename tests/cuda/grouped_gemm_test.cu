@@ -2,6 +2,7 @@
 // tile x edge shape, fresh random data, poisoned output, every element checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -33,6 +34,9 @@ const Shape kShapes[] = {
     {"single_row_n512_k1024", {0, 1, 0}, 512, 1024},
     {"partial_k_block_k144", {17, 200}, 256, 144},
     {"smallest_n16_k16", {3, 0, 5}, 16, 16},
+    {"decode_rows_le8_n1536_k2048", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7}, 1536, 2048},
+    {"decode_one_row_n7168_k2048", {0, 0, 1, 0, 1}, 7168, 2048},
+    {"rows_past_8_n256_k384", {9, 17, 0, 24}, 256, 384},
 };
 
 QuantScheme scheme_of(GemmKind kind) {
@@ -107,17 +111,58 @@ std::vector<float> device_w_scales(GemmKind kind, const HostOperands& h, std::in
   return out;
 }
 
+// A, its scales and the offsets as the layer's plan lays them out: each group padded to
+// `align` rows (1: none), NaN codes and scales in the padding rows.
+struct DeviceLayout {
+  std::vector<std::uint8_t> a;
+  std::vector<float> a_scales;
+  std::vector<std::int32_t> offsets, counts;
+  std::vector<std::int64_t> source_row;  // per device row: the host row, -1 for padding
+};
+
+DeviceLayout device_layout(GemmKind kind, const HostOperands& h, std::int64_t k, std::int64_t align) {
+  DeviceLayout d;
+  const std::size_t row_bytes = h.a.nbytes() / std::size_t(std::max<std::int64_t>(h.offsets.back(), 1));
+  const std::int64_t kb = ceil_div(k, kBlock);
+  const std::vector<float> unpadded = kind == GemmKind::bf16 ? std::vector<float>{} : device_a_scales(kind, h, k);
+  d.offsets = {0};
+  for (std::size_t e = 0; e + 1 < h.offsets.size(); ++e) {
+    const std::int64_t row0 = h.offsets[e], m = h.offsets[e + 1] - row0, mp = ceil_div(m, align) * align;
+    const std::int64_t at = d.offsets.back();
+    d.counts.push_back(std::int32_t(m));
+    d.offsets.push_back(std::int32_t(at + mp));
+    for (std::int64_t r = 0; r < mp; ++r) {
+      d.source_row.push_back(r < m ? row0 + r : -1);
+      const std::uint8_t* src = h.a.ptr<std::uint8_t>() + std::size_t(row0 + r) * row_bytes;
+      if (r < m) d.a.insert(d.a.end(), src, src + row_bytes);
+      else d.a.insert(d.a.end(), row_bytes, std::uint8_t(0x7f));  // e4m3 NaN
+    }
+    if (unpadded.empty()) continue;
+    d.a_scales.resize(std::size_t((at + mp) * kb), NAN);
+    for (std::int64_t b = 0; b < kb; ++b)
+      for (std::int64_t r = 0; r < m; ++r)
+        d.a_scales[std::size_t(at * kb + b * mp + r)] = unpadded[std::size_t(row0 * kb + b * m + r)];
+  }
+  return d;
+}
+
 struct Case {
   GemmKind kind;
   GemmTile tile;
   Shape shape;
+  // rows8_warp_mma with counts: each group padded to 16 rows as the layer's plan pads them; the
+  // padding rows carry NaN codes and scales, must not be read, and stay unwritten
+  bool padding = false;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string kind(cuda::to_string(info.param.kind));
   for (char& c : kind)
     if (c == '-') c = '_';
-  return kind + (info.param.tile == GemmTile::m64_n128_pingpong ? "_m64_" : "_m128_") + info.param.shape.name;
+  const char* tile = info.param.tile == GemmTile::m64_n128_pingpong   ? "_m64_"
+                     : info.param.tile == GemmTile::rows8_warp_mma ? "_rows8_"
+                                                                   : "_m128_";
+  return kind + tile + info.param.shape.name + (info.param.padding ? "_padded" : "");
 }
 
 class CudaGroupedGemm : public ::testing::TestWithParam<Case> {};
@@ -132,7 +177,7 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   const std::int64_t rows = h.offsets.back(), groups = std::int64_t(c.shape.rows.size());
   const std::int64_t n = c.shape.n, k = c.shape.k;
 
-  const cuda::GroupedGemmDesc desc{c.kind, groups, n, k, rows};
+  const cuda::GroupedGemmDesc desc{c.kind, groups, n, k, rows, rows};  // for can_implement
   const cuda::GroupedGemmConfig config{c.tile};
   const Status status = cuda::can_implement(desc, config);
   ASSERT_TRUE(status) << status.reason();
@@ -143,18 +188,18 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   cpu::grouped_gemm({scheme, {h.a.view(), h.a_scales.view()}, h.offsets.data(), h.w.view(), h.w_scales.view(),
                      expected.data()});
 
-  DeviceArray<std::uint8_t> a(h.a.nbytes()), w(h.w.nbytes());
-  a.upload({h.a.ptr<std::uint8_t>(), h.a.ptr<std::uint8_t>() + h.a.nbytes()});
+  const DeviceLayout layout = device_layout(c.kind, h, k, c.padding ? 16 : 1);
+  const std::int64_t device_rows = layout.offsets.back();
+  DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
+  a.upload(layout.a);
   w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
-  DeviceArray<std::int32_t> offsets(std::vector<std::int32_t>(h.offsets.begin(), h.offsets.end()));
-  DeviceArray<bf16> d(std::size_t(rows * n));
-  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(desc, config));
+  DeviceArray<std::int32_t> offsets(layout.offsets), counts(layout.counts);
+  DeviceArray<bf16> d(std::size_t(device_rows * n));
+  const cuda::GroupedGemmDesc run_desc{c.kind, groups, n, k, device_rows, rows};
+  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(run_desc, config));
   // Scales get slack past the end: a partial tile may read scales of rows it does not store.
-  std::vector<float> sa, sw;
-  if (scheme != QuantScheme::bf16) {
-    sa = device_a_scales(c.kind, h, k);
-    sw = device_w_scales(c.kind, h, n, k);
-  }
+  std::vector<float> sa = layout.a_scales, sw;
+  if (scheme != QuantScheme::bf16) sw = device_w_scales(c.kind, h, n, k);
   sa.resize(sa.size() + 128 * 64, 1.0f);
   sw.resize(sw.size() + 128, 1.0f);
   DeviceArray<float> a_scales(sa), w_scales(sw);
@@ -167,9 +212,20 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   args.w = w.data();
   args.w_scales = scheme == QuantScheme::bf16 ? nullptr : w_scales.data();
   args.d = d.data();
-  cuda::run_grouped_gemm(desc, config, args, workspace.data(), nullptr);
+  if (c.padding) args.counts = counts.data();
+  cuda::run_grouped_gemm(run_desc, config, args, workspace.data(), nullptr);
   sync_and_check();
-  const std::vector<bf16> got = d.download();
+  const std::vector<bf16> device_out = d.download();
+  // Back to the host rows; the padding rows must be left as poisoned.
+  std::vector<bf16> got(expected.size());
+  for (std::int64_t r = 0; r < device_rows; ++r) {
+    const std::int64_t src = layout.source_row[std::size_t(r)];
+    for (std::int64_t j = 0; j < n; ++j) {
+      const bf16 v = device_out[std::size_t(r * n + j)];
+      if (src >= 0) got[std::size_t(src * n + j)] = v;
+      else ASSERT_TRUE(std::isnan(bf16_to_float(v))) << "padding row " << r << " written";
+    }
+  }
 
   double diff = 0.0, norm = 0.0, max_ref = 0.0;
   std::int64_t unwritten = 0;
@@ -194,6 +250,10 @@ std::vector<Case> all_cases() {
   for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
     for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
       for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
+  // The warp-MMA kernel takes whole 128-K blocks and N % 16 == 0 (can_implement says so).
+  for (const Shape& s : kShapes)
+    if (s.k % kBlock == 0 && s.n % 16 == 0)
+      for (bool padding : {false, true}) cases.push_back({GemmKind::fp8_block, GemmTile::rows8_warp_mma, s, padding});
   return cases;
 }
 

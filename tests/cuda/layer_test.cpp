@@ -107,6 +107,9 @@ std::vector<LayerCase> cases() {
   with([](LayerCase& c) { c.ids = Ids::some_none; });
   with([](LayerCase& c) { c.experts = 12, c.top_k = 3; });  // E not a power of two
   with([](LayerCase& c) { c.experts = 64, c.tokens = 5; });  // many empty experts
+  // decode (the warp-MMA GEMM): one expert with more than 8 rows, and 33 tokens over 256 experts
+  with([](LayerCase& c) { c.experts = 64, c.tokens = 8, c.ids = Ids::one_expert; });
+  with([](LayerCase& c) { c.experts = 256, c.top_k = 8, c.tokens = 16; });
   with([](LayerCase& c) { c.hidden = 144; });                 // a partial 128-wide K block
   with([](LayerCase& c) { c.format = ScaleFormat::ue8m0; });
   with([](LayerCase& c) { c.scheme = QuantScheme::fp8_tensor, c.static_scales = true; });

@@ -43,6 +43,7 @@ std::string_view to_string(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_cooperative: return "128x128 cooperative";
     case GemmTile::m64_n128_pingpong: return "64x128 ping-pong";
+    case GemmTile::rows8_warp_mma: return "warp mma 16 channels x 8 rows";
   }
   return "?";
 }
@@ -56,11 +57,15 @@ std::string GroupedGemmDesc::to_string() const {
 std::string GroupedGemmConfig::to_string() const { return std::string(cuda::to_string(tile)); }
 
 GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group) {
-  // Few rows per group (decode, many experts): a 128-row tile would be mostly padding.
+  // Decode: most groups empty or a row or two; the tiles below would be padding and one per SM.
+  if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 &&
+      cuda::can_implement(desc, {GemmTile::rows8_warp_mma}))
+    return {{GemmTile::rows8_warp_mma}, "~" + std::to_string(rows_per_group).substr(0, 4) +
+                                            " rows per group <= 0.5: warps stream W once per 8 rows, no tile padding"};
+  // Few rows per group (many experts): a 128-row tile would be mostly padding.
   if (rows_per_group <= 64)
     return {{GemmTile::m64_n128_pingpong}, "~" + std::to_string(int(rows_per_group)) +
                                                " rows per group <= 64: 64-row tiles waste less"};
-  (void)desc;
   return {{GemmTile::m128_n128_cooperative},
           "~" + std::to_string(int(rows_per_group)) + " rows per group > 64: 128-row tiles reuse W better"};
 }

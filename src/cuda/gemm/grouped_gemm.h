@@ -24,7 +24,8 @@ enum class GemmKind : std::uint8_t {
 
 enum class GemmTile : std::uint8_t {
   m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
-  m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups (decode)
+  m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups
+  rows8_warp_mma,         // warps of mma.sync, 16 channels x 8 rows of a group: decode (fp8_block)
 };
 
 std::string_view to_string(GemmKind kind);
@@ -37,6 +38,7 @@ struct GroupedGemmDesc {
   std::int64_t n = 0;
   std::int64_t k = 0;
   std::int64_t max_rows = 0;  // upper bound of offsets[groups]
+  std::int64_t data_rows = 0;  // upper bound of the rows that carry data (T k); 0: max_rows
   std::string to_string() const;
 };
 
@@ -59,6 +61,9 @@ struct GroupedGemmArgs {
   const void* w = nullptr;
   const float* w_scales = nullptr;
   bf16* d = nullptr;
+  // [groups] the rows of each group that carry data (the rest is padding): optional, read by
+  // rows8_warp_mma, which then skips the padding; null: every row of offsets
+  const std::int32_t* counts = nullptr;
 };
 
 // The heuristic: one rule per line, with the reason in the returned string.

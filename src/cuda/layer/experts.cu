@@ -104,7 +104,7 @@ class Experts final : public core::ExpertsStage {
     const auto [g1, g2] = gemms(p);
     core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.values.view().data,
-                       weights_.w13.scales.view().ptr<float>(), static_cast<bf16*>(b.h1)};
+                       weights_.w13.scales.view().ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
     run_grouped_gemm(g1.first, g1.second, a1, b.gemm1_ws.data, stream);
 
     core::mark_step(p, "activation", stream);
@@ -119,7 +119,7 @@ class Experts final : public core::ExpertsStage {
 
     core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.values.view().data,
-                       weights_.w2.scales.view().ptr<float>(), args.expert_out.ptr<bf16>()};
+                       weights_.w2.scales.view().ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -129,8 +129,9 @@ class Experts final : public core::ExpertsStage {
     const GemmKind kind = gemm_kind(config_.quant.scheme);
     const std::int64_t el = config_.local_experts(), rows = max_rows(p);
     const double per_group = double(p.tokens * config_.top_k()) / double(config_.num_experts);
-    const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows};
-    const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows};
+    const std::int64_t data_rows = p.tokens * config_.top_k();
+    const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows, data_rows};
+    const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, data_rows};
     return {{d1, choose_gemm_config(d1, per_group).config}, {d2, choose_gemm_config(d2, per_group).config}};
   }
 
