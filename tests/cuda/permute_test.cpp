@@ -1,6 +1,7 @@
 // CUDA permutation (plan + gather) against cpu::plan_permutation / cpu::gather_rows: both
 // formats, paddings 1..128, expert parallelism, empty experts, all tokens on one expert,
-// -1 ids, T = 0 and 1; every scheme and scale layout for the gather. Outputs are poisoned
+// -1 ids, T = 0 and 1; both paths of the plan (one block for decode sizes, multi-kernel) and
+// the edges between them; every scheme and scale layout for the gather. Outputs are poisoned
 // first: rows past those in use must stay untouched.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@ namespace {
 using cuda::ExpertRows;
 using cuda::RowFormat;
 using cuda::ScaleLayout;
+using cuda::permute::PlanPath;
 using test::DeviceArray;
 
 enum class Spread : std::uint8_t { uniform, one_expert, skewed };
@@ -38,35 +40,67 @@ struct Case {
   Spread spread;
 };
 
+cuda::permute::PlanProblem plan_problem(const Case& c) {
+  return {{c.format, c.local, c.alignment, c.capacity}, c.tokens, c.top_k, c.second_rank ? c.local : 0};
+}
+
 std::string name(const Case& c) {
   static const char* spreads[] = {"uniform", "one_expert", "skewed"};
   std::string s = std::string(cuda::to_string(c.format)) + " T=" + std::to_string(c.tokens) + " k=" +
                   std::to_string(c.top_k) + " E_local=" + std::to_string(c.local) + (c.second_rank ? " rank 1 of 2" : "") +
                   " align=" + std::to_string(c.alignment) + " " + spreads[int(c.spread)];
   if (c.format == RowFormat::masked) s += " capacity=" + std::to_string(c.capacity);
-  return s;
+  return s + " " + std::string(to_string(cuda::permute::choose_path(plan_problem(c))));
 }
 
+// T ≤ 33, and k = 1, take the one-block path; T = 700 and 3000 with k = 8 the multi-kernel
+// one; the edge entries sit on both sides of each of choose_path's bounds (plan.cu).
 std::vector<Case> cases() {
   std::vector<Case> all;
-  const std::vector<std::int64_t> token_counts = test::small_cases() ? std::vector<std::int64_t>{0, 1, 37}
-                                                                      : std::vector<std::int64_t>{0, 1, 37, 700, 3000};
+  // Contiguous, and at alignments 1 and 16 masked too: a fair capacity (drops some) and a roomy one.
+  auto add = [&all](Case c) {
+    all.push_back(c);
+    if (c.alignment != 1 && c.alignment != 16) return;
+    const std::int64_t fair = std::max<std::int64_t>(1, c.tokens * c.top_k / c.local);
+    c.format = RowFormat::masked;
+    for (const std::int64_t capacity : {fair, 4 * fair + 8}) {
+      c.capacity = capacity;
+      all.push_back(c);
+    }
+  };
+  const std::vector<std::int64_t> token_counts = test::small_cases() ? std::vector<std::int64_t>{0, 1, 8, 33, 700}
+                                                                      : std::vector<std::int64_t>{0, 1, 2, 8, 33, 700, 3000};
   for (const std::int64_t t : token_counts)
     for (const auto& [k, local] : {std::pair<int, std::int64_t>{1, 8}, {8, 60}, {8, 256}})
       for (const std::int64_t alignment : {1, 4, 16, 128})
         for (const Spread spread : {Spread::uniform, Spread::one_expert, Spread::skewed}) {
           const bool second = (alignment == 4 || alignment == 128) && local != 8;
-          all.push_back({t, k, local, second, alignment, RowFormat::contiguous, 0, spread});
-          if (alignment == 1 || alignment == 16) {
-            const std::int64_t fair = std::max<std::int64_t>(1, t * k / local);
-            all.push_back({t, k, local, second, alignment, RowFormat::masked, fair, spread});      // drops some
-            all.push_back({t, k, local, second, alignment, RowFormat::masked, 4 * fair + 8, spread});
-          }
+          add({t, k, local, second, alignment, RowFormat::contiguous, 0, spread});
         }
+
+  struct Edge {
+    std::int64_t tokens;
+    int top_k;
+    std::int64_t local;
+    bool second_rank;
+    std::int64_t alignment;
+  };
+  for (const Edge& e : {Edge{512, 8, 256, true, 16},    // T·k = 4096: one block
+                        Edge{513, 8, 256, true, 16},    // T·k = 4104: multi-kernel
+                        Edge{512, 8, 1024, false, 16},  // E_local = 1024: one block, 10 subtiles of 13 pieces
+                        Edge{8, 8, 1025, true, 16},     // E_local = 1025: multi-kernel at a decode size
+                        Edge{64, 8, 1024, false, 128},  // rows = 512 + 512 * 127 = 65536: one block
+                        Edge{65, 8, 1024, true, 128}})  // rows = 66560: multi-kernel
+    for (const Spread spread : {Spread::uniform, Spread::one_expert})
+      add({e.tokens, e.top_k, e.local, e.second_rank, e.alignment, RowFormat::contiguous, 0, spread});
+  // Masked rows are E_local * capacity whatever T is: 65536 rows take one block, 65792 do not.
+  for (const std::int64_t capacity : {256, 257})
+    all.push_back({33, 8, 256, false, 16, RowFormat::masked, capacity, Spread::skewed});
   return all;
 }
 
-// topk_ids [T, k]: distinct global experts per token, about 4% of slots -1.
+// topk_ids [T, k]: distinct global experts per token, about 4% of slots -1, and (so that small T
+// has some too) the last slot of tokens 1, 8, 15, ... (not with one_expert: it takes every token).
 std::vector<std::int32_t> make_ids(const Case& c, std::mt19937_64& rng) {
   const std::int64_t global = c.second_rank ? 2 * c.local : c.local;
   std::vector<std::int32_t> ids(std::size_t(c.tokens * c.top_k));
@@ -80,7 +114,7 @@ std::vector<std::int32_t> make_ids(const Case& c, std::mt19937_64& rng) {
     if (c.spread == Spread::one_expert) std::iter_swap(experts.begin(), std::find(experts.begin(), experts.end(), favourite));
     for (int j = 0; j < c.top_k; ++j) {
       std::int32_t id = experts[std::size_t(j)];
-      if (c.spread != Spread::one_expert && u(rng) < 0.04f) id = -1;
+      if (c.spread != Spread::one_expert && (u(rng) < 0.04f || (t % 7 == 1 && j == c.top_k - 1))) id = -1;
       ids[std::size_t(t * c.top_k + j)] = id;
     }
   }
@@ -145,8 +179,7 @@ void run_plan(const Case& c, const DeviceArray<std::int32_t>& ids, const Expecte
   d.row_expert = DeviceArray<std::int32_t>(std::size_t(x.max_rows));
   d.dropped = DeviceArray<std::int32_t>(1);
   for (auto* a : {&d.counts, &d.offsets, &d.slot_rows, &d.row_token, &d.row_expert, &d.dropped}) a->poison();
-  const cuda::permute::PlanProblem problem{{c.format, c.local, c.alignment, c.capacity}, c.tokens, c.top_k,
-                                           c.second_rank ? c.local : 0};
+  const cuda::permute::PlanProblem problem = plan_problem(c);
   ASSERT_TRUE(cuda::permute::can_implement(problem)) << cuda::permute::can_implement(problem).reason();
   ASSERT_EQ(problem.max_rows(), x.max_rows);
   test::DeviceWorkspace ws(cuda::permute::workspace_size(problem));
@@ -197,6 +230,7 @@ TEST(CudaPermute, GatherMatchesThePlan) {
   std::size_t index = 0;
   for (const Case& c : cases()) {
     if (c.spread == Spread::skewed && c.tokens > 1) continue;  // the plan test covers it; keep this one short
+    if (c.local > 256) continue;                                // the plan's edges: the plan test covers them
     const GatherCase& g = gathers[index++ % gathers.size()];
     SCOPED_TRACE(name(c) + " " + std::string(to_string(g.scheme)) + " " + std::string(cuda::to_string(g.layout)) +
                  " H=" + std::to_string(g.hidden));
@@ -269,6 +303,27 @@ TEST(CudaPermute, GatherMatchesThePlan) {
         ASSERT_EQ(std::memcmp(&got_scales[i], &want_scales[i], 4), 0) << "scale " << i << ": " << got_scales[i] << " vs " << want_scales[i];
     }
   }
+}
+
+// Runs without a GPU: the table reaches both paths, and the bounds sit where plan.cu says.
+TEST(CudaPermute, PlanCasesCoverBothPaths) {
+  using cuda::permute::choose_path;
+  using Problem = cuda::permute::PlanProblem;
+  std::size_t per_path[2] = {};
+  for (const Case& c : cases()) ++per_path[int(choose_path(plan_problem(c)))];
+  EXPECT_GT(per_path[int(PlanPath::one_block)], 0u);
+  EXPECT_GT(per_path[int(PlanPath::multi_kernel)], 0u);
+
+  const ExpertRows e256{RowFormat::contiguous, 256, 16, 0}, e1024{RowFormat::contiguous, 1024, 128, 0};
+  EXPECT_EQ(choose_path(Problem{e256, 0, 8, 0}), PlanPath::one_block);
+  EXPECT_EQ(choose_path(Problem{e256, 512, 8, 0}), PlanPath::one_block);
+  EXPECT_EQ(choose_path(Problem{e256, 513, 8, 0}), PlanPath::multi_kernel);
+  EXPECT_EQ(choose_path(Problem{{RowFormat::contiguous, 1024, 16, 0}, 512, 8, 0}), PlanPath::one_block);
+  EXPECT_EQ(choose_path(Problem{{RowFormat::contiguous, 1025, 16, 0}, 1, 8, 0}), PlanPath::multi_kernel);
+  EXPECT_EQ(choose_path(Problem{e1024, 64, 8, 0}), PlanPath::one_block);
+  EXPECT_EQ(choose_path(Problem{e1024, 65, 8, 0}), PlanPath::multi_kernel);
+  EXPECT_EQ(choose_path(Problem{{RowFormat::masked, 256, 16, 256}, 33, 8, 0}), PlanPath::one_block);
+  EXPECT_EQ(choose_path(Problem{{RowFormat::masked, 256, 16, 257}, 33, 8, 0}), PlanPath::multi_kernel);
 }
 
 TEST(CudaPermute, RejectsBadLayouts) {

@@ -8,6 +8,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/permute/plan.cuh"
+#include "cuda/permute/plan_one_block.cuh"
 #include "moekit/quant.h"
 
 namespace moekit::cuda::permute {
@@ -17,6 +18,22 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxExperts = 8192;
 constexpr std::int64_t kMaxSubtiles = 4096;
 constexpr std::size_t kDefaultShared = 48 * 1024;
+constexpr std::size_t kStaticShared = 256;  // block_exclusive_scan's 33 ints, rounded up
+
+// The one-block path (choose_path) takes the problems where a memset and three dependent
+// kernels cost more than the work: decode, T up to a few hundred tokens. Its bounds:
+//   T·k ≤ 4096        the slots are replayed in order by at most 32 warps, each a subtile of
+//                     ceil(T·k / (32·NS)) pieces of 32 slots; with NS ≥ 10 subtiles (next rule)
+//                     that is ≤ 13 serial steps per warp, a few µs, under the launches it saves.
+//                     Past it, the multi-kernel path spreads the replay over many SMs.
+//   E_local ≤ 1024    thread e of the 1024 owns expert e in the scans (one pass, no loop), and
+//                     the offsets plus NS ≥ 10 subtile counters ([NS, E_local] ints, 4 KiB each
+//                     at 1024) fit the 48 KiB of shared memory a block has without opting in.
+//   max_rows ≤ 65536  one SM writes every row of row_token and row_expert: ≤ 512 KiB of stores
+//                     (masked rows are E_local × capacity, whatever T is).
+constexpr std::int64_t kOneBlockMaxSlots = 4096;
+constexpr std::int64_t kOneBlockMaxExperts = kOneBlockThreads;
+constexpr std::int64_t kOneBlockMaxRows = 65536;
 
 struct Tiling {
   int pieces;    // 32-slot pieces per subtile
@@ -30,10 +47,27 @@ Tiling tiling(const PlanProblem& p) {
 }
 
 // Warps per block whose private counters [E_local] fit next to `fixed` bytes of shared memory.
-int warps_for(std::int64_t experts, std::size_t fixed) {
+int warps_for(std::int64_t experts, std::size_t fixed, int max_warps = kThreads / 32) {
   const std::size_t per_warp = std::size_t(experts) * sizeof(int);
   const std::size_t room = kDefaultShared > fixed ? kDefaultShared - fixed : 0;
-  return int(std::clamp<std::size_t>(room / per_warp, 1, kThreads / 32));
+  return int(std::clamp<std::size_t>(room / per_warp, 1, std::size_t(max_warps)));
+}
+
+// The one-block path: as many subtiles (one per warp) as counters fit, then as few pieces per
+// subtile as cover the slots.
+struct OneBlockTiling {
+  int pieces;          // 32-slot pieces per subtile
+  int subtiles;        // NS ≤ 32 (0 when T = 0)
+  std::size_t shared;  // dynamic shared memory: offsets [E_local + 1], counters [NS, E_local]
+};
+
+OneBlockTiling one_block_tiling(const PlanProblem& p) {
+  const std::size_t fixed = std::size_t(p.rows.experts + 1) * sizeof(int);
+  const int warps = warps_for(p.rows.experts, fixed + kStaticShared, kOneBlockThreads / 32);
+  const std::int64_t slots = p.tokens * p.top_k;
+  const std::int64_t pieces = std::max<std::int64_t>(1, ceil_div(slots, std::int64_t(warps) * 32));
+  const int subtiles = int(ceil_div(slots, pieces * 32));
+  return {int(pieces), subtiles, fixed + std::size_t(subtiles) * std::size_t(p.rows.experts) * sizeof(int)};
 }
 
 template <typename Kernel>
@@ -50,6 +84,15 @@ std::string PlanProblem::to_string() const {
   return os.str();
 }
 
+std::string_view to_string(PlanPath v) { return v == PlanPath::one_block ? "one_block" : "multi_kernel"; }
+
+PlanPath choose_path(const PlanProblem& p) {
+  if (p.tokens * p.top_k > kOneBlockMaxSlots) return PlanPath::multi_kernel;
+  if (p.rows.experts > kOneBlockMaxExperts) return PlanPath::multi_kernel;
+  if (p.max_rows() > kOneBlockMaxRows) return PlanPath::multi_kernel;
+  return PlanPath::one_block;
+}
+
 Status can_implement(const PlanProblem& p) {
   if (Status s = p.rows.check(); !s) return Status::no("permute plan: " + s.reason());
   if (p.rows.experts > kMaxExperts)
@@ -61,6 +104,7 @@ Status can_implement(const PlanProblem& p) {
   return Status::ok();
 }
 
+// What the multi-kernel path carves; the one-block path needs none, so this covers both.
 std::size_t workspace_size(const PlanProblem& p) {
   core::Carver c(nullptr);
   c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts) * std::size_t(tiling(p).subtiles));
@@ -76,12 +120,7 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
           "permute plan: topk_ids, counts, slot_rows and row_token are required");
   require(p.rows.format == RowFormat::masked || args.offsets, "permute plan: the contiguous format needs offsets");
   const cudaStream_t s = as_cuda(stream);
-  const Tiling tiles = tiling(p);
-  core::Carver c(workspace.data);
   PlanParams kp{};
-  kp.subtile_counts = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts) *
-                                                             std::size_t(tiles.subtiles)));
-  kp.totals = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts)));
   kp.ids = args.topk_ids;
   kp.slots = p.tokens * p.top_k;
   kp.top_k = p.top_k;
@@ -90,8 +129,6 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   kp.alignment = int(p.rows.alignment);
   kp.capacity = int(p.rows.capacity);
   kp.masked = p.rows.format == RowFormat::masked;
-  kp.pieces = tiles.pieces;
-  kp.subtiles = tiles.subtiles;
   kp.counts = args.counts;
   kp.offsets = args.offsets;
   kp.slot_rows = args.slot_rows;
@@ -99,6 +136,24 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   kp.row_expert = kp.masked ? nullptr : args.row_expert;
   kp.dropped = args.dropped;
   kp.max_rows = p.max_rows();
+
+  if (choose_path(p) == PlanPath::one_block) {
+    const OneBlockTiling tiles = one_block_tiling(p);
+    kp.pieces = tiles.pieces;
+    kp.subtiles = tiles.subtiles;
+    allow_shared(plan_one_block, tiles.shared);
+    plan_one_block<<<1, kOneBlockThreads, tiles.shared, s>>>(kp);
+    MOEKIT_CUDA_CHECK_LAUNCH("plan_one_block");
+    return;
+  }
+
+  const Tiling tiles = tiling(p);
+  core::Carver c(workspace.data);
+  kp.subtile_counts = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts) *
+                                                             std::size_t(tiles.subtiles)));
+  kp.totals = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts)));
+  kp.pieces = tiles.pieces;
+  kp.subtiles = tiles.subtiles;
 
   if (kp.max_rows > 0)
     MOEKIT_CUDA_CHECK(cudaMemsetAsync(args.row_token, 0xff, sizeof(std::int32_t) * std::size_t(kp.max_rows), s));

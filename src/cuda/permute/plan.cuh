@@ -5,6 +5,7 @@
 //   assign  every block scans the (padded) totals into expert offsets; each warp then replays
 //           its subtile in slot order, so a row's rank is the number of earlier slots of the
 //           same expert: token order, then slot order, with no atomics.
+// Decode-sized problems run the same steps in one block instead (plan_one_block.cuh).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/stages.h"
 #include "cuda/common/rows.h"
@@ -38,8 +39,16 @@ struct PlanArgs {
   std::int32_t* dropped = nullptr;         // masked: [1] slots dropped for lack of capacity
 };
 
+// How run builds the plan; choose_path (plan.cu) holds the rule. Both give the same bits.
+//   one_block     one kernel, one block of 1024 threads: decode-sized problems, where the
+//                 plan costs launches and dependent kernels, not bytes
+//   multi_kernel  a memset and three grid-wide kernels (count, scan, assign): everything else
+enum class PlanPath : std::uint8_t { one_block, multi_kernel };
+std::string_view to_string(PlanPath v);
+PlanPath choose_path(const PlanProblem& problem);
+
 Status can_implement(const PlanProblem& problem);
-std::size_t workspace_size(const PlanProblem& problem);
+std::size_t workspace_size(const PlanProblem& problem);  // covers both paths (one_block uses none)
 void run(const PlanProblem& problem, const PlanArgs& args, core::Workspace workspace, Stream stream);
 
 }  // namespace moekit::cuda::permute

@@ -1,0 +1,121 @@
+// The whole permutation plan in one block, for decode-sized problems (plan.cu: choose_path):
+// one launch instead of a memset and three dependent kernels, with the same outputs, bit for
+// bit, as plan.cuh. The steps are those of the multi-kernel path, with block barriers between
+// them instead of kernel boundaries and shared memory instead of the global workspace:
+//   1  row_token = -1 on every row                          (the memset)
+//   2  warp w counts subtile w per expert, no atomics         (count_subtiles)
+//   3  thread e scans expert e's counts over the subtiles     (scan_subtiles)
+//   4  block scan of the padded totals: counts, offsets, dropped
+//   5  row_expert; each warp replays its subtile in slot order (assign_rows)
+// A row's rank in its expert is the number of earlier slots of that expert: token order, then
+// slot order, as on the multi-kernel path.
+#pragma once
+
+#include "cuda/permute/plan.cuh"
+
+namespace moekit::cuda::permute {
+
+constexpr int kOneBlockThreads = 1024;
+
+// p.subtiles (NS ≤ 32) subtiles of p.pieces pieces of 32 slots, one per warp; E_local ≤
+// kOneBlockThreads (thread e owns expert e in steps 3 and 4). p.subtile_counts and p.totals are
+// unused. Dynamic shared memory: (E_local + 1 + NS * E_local) ints.
+__global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  int* offsets = shared_ints;                  // [E_local + 1] padded first rows
+  int* counters = shared_ints + p.experts + 1;  // [NS, E_local] counts, then the next row of each expert
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int expert = threadIdx.x;  // steps 3 and 4
+  const bool owns_expert = expert < p.experts;
+
+  // 1. Unused and padding rows hold -1; step 5 overwrites the token rows after the barriers below.
+  for (std::int64_t r = threadIdx.x; r < p.max_rows; r += blockDim.x) p.row_token[r] = -1;
+
+  // 2. Warp-private counters (warp-uniform branch, no block barrier inside).
+  if (warp < p.subtiles) {
+    int* counter = counters + warp * p.experts;
+    for (int e = lane; e < p.experts; e += 32) counter[e] = 0;
+    __syncwarp();
+    const std::int64_t first_slot = std::int64_t(warp) * p.pieces * 32;
+    for (int piece = 0; piece < p.pieces; ++piece) {
+      const int e = local_expert(p, first_slot + piece * 32 + lane);
+      const unsigned peers = __match_any_sync(kFullMask, e);
+      if (e >= 0 && lane == __ffs(peers) - 1) counter[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+
+  // 3. Counts become exclusive prefixes over the subtiles; `total` is the expert's slot count.
+  int total = 0;
+  if (owns_expert)
+    for (int w = 0; w < p.subtiles; ++w) {
+      int* c = counters + w * p.experts + expert;
+      const int n = *c;
+      *c = total;
+      total += n;
+    }
+
+  // 4. Expert offsets; each thread's counters become the next row of its expert in each subtile.
+  const int rows = owns_expert ? (p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment)) : 0;
+  int used = 0;
+  const int first_row = block_exclusive_scan(rows, scan_shared, &used);
+  if (owns_expert) {
+    offsets[expert] = first_row;
+    p.counts[expert] = p.masked ? rows : total;
+    if (p.offsets) p.offsets[expert] = p.masked ? expert * p.capacity : first_row;
+    if (!p.masked)
+      for (int w = 0; w < p.subtiles; ++w) counters[w * p.experts + expert] += first_row;
+  }
+  if (threadIdx.x == 0) {
+    offsets[p.experts] = used;
+    if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : used;
+  }
+  if (p.masked) {  // block-uniform
+    int dropped = 0;
+    block_exclusive_scan(owns_expert ? max(total - p.capacity, 0) : 0, scan_shared, &dropped);
+    if (threadIdx.x == 0 && p.dropped) *p.dropped = dropped;
+  }
+  __syncthreads();
+
+  // 5a. Local expert of every row (contiguous): the expert whose padded range holds it.
+  if (p.row_expert) {
+    for (std::int64_t r = threadIdx.x; r < p.max_rows; r += blockDim.x) {
+      int e = -1;
+      if (r < used) {
+        int lo = 0, hi = p.experts;
+        while (hi - lo > 1) {
+          const int mid = (lo + hi) / 2;
+          if (offsets[mid] <= r) lo = mid;
+          else hi = mid;
+        }
+        e = lo;
+      }
+      p.row_expert[r] = e;
+    }
+  }
+
+  // 5b. Replay this warp's subtile in slot order.
+  if (warp >= p.subtiles) return;
+  int* next = counters + warp * p.experts;
+  const std::int64_t first_slot = std::int64_t(warp) * p.pieces * 32;
+  const unsigned below = (1u << lane) - 1u;
+  for (int piece = 0; piece < p.pieces; ++piece) {
+    const std::int64_t s = first_slot + piece * 32 + lane;
+    const int e = local_expert(p, s);
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    const int rank = e >= 0 ? next[e] + __popc(peers & below) : 0;
+    __syncwarp();
+    if (e >= 0 && lane == __ffs(peers) - 1) next[e] += __popc(peers);
+    if (s < p.slots) {
+      int row = -1;
+      if (e >= 0) row = p.masked ? (rank < p.capacity ? e * p.capacity + rank : -1) : rank;
+      p.slot_rows[s] = row;
+      if (row >= 0) p.row_token[row] = int(s / p.top_k);
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace moekit::cuda::permute
