@@ -5,7 +5,8 @@
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
 #   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu"  which steps (default: all but ncu)
-#   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs
+#   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs (racecheck:
+#   MOEKIT_RACECHECK_FILTER, default the same), each tool within MOEKIT_SANITIZE_TIMEOUT seconds
 # Full logs stay in $MOEKIT_LOG_DIR (default /tmp/moekit-device-logs); $OUT gets the few that
 # matter (at most 8 files come back from a lent machine).
 set -uo pipefail
@@ -50,17 +51,6 @@ if [[ " $steps " == *" tests "* ]]; then
   "$bin/tests/test_cuda" --gtest_color=no 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
 fi
-if [[ " $steps " == *" sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
-  filter="${MOEKIT_SANITIZE_FILTER:-Cuda*:-CudaFp8Codec.*}"
-  echo "== compute-sanitizer memcheck ($filter, small cases)"
-  MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$logs/memcheck.log" 2>&1
-  rc=$?; tail -n 4 "$logs/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
-  echo "== compute-sanitizer racecheck"
-  MOEKIT_CUDA_TEST_SMALL=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$logs/racecheck.log" 2>&1
-  rc=$?; tail -n 4 "$logs/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
-fi
 if [[ " $steps " == *" bench "* ]]; then
   echo "== cuda_stages_bench"
   "$bin/bench/cuda_stages_bench" >"$logs/bench.log" 2>&1
@@ -91,6 +81,19 @@ if [[ " $steps " == *" decode "* ]]; then
   if "$bin/moekit" bench --preset qwen3-30b-a3b,deepseek-v3 --tokens "${MOEKIT_DECODE_TOKENS:-1,8,16,64}" --stages \
        --json "$out/decode.json" >"$out/decode.log" 2>"$logs/decode.err"; then decode_status="ran"; else decode_status="FAIL"; fi
   tail -n 3 "$logs/decode.err"
+fi
+if [[ " $steps " == *" sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
+  filter="${MOEKIT_SANITIZE_FILTER:-Cuda*:-CudaFp8Codec.*}"
+  limit="${MOEKIT_SANITIZE_TIMEOUT:-1800}"  # seconds per tool; 124 = it ran out
+  echo "== compute-sanitizer memcheck ($filter, small cases)"
+  MOEKIT_CUDA_TEST_SMALL=1 timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
+    >"$logs/memcheck.log" 2>&1
+  rc=$?; tail -n 4 "$logs/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
+  filter="${MOEKIT_RACECHECK_FILTER:-$filter}"
+  echo "== compute-sanitizer racecheck ($filter)"
+  MOEKIT_CUDA_TEST_SMALL=1 timeout "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
+    >"$logs/racecheck.log" 2>&1
+  rc=$?; tail -n 4 "$logs/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
 fi
 if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
   # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
