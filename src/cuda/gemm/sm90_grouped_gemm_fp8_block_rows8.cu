@@ -6,8 +6,6 @@
 //   1. block (x, y): the y-th group that has rows; its warps take 16 channels each from x
 //   2. per 64 of K, each thread loads 16 bytes of two W rows and of one A row; two MMAs use
 //      them with the K order inside the 64 permuted the same way in both operands
-//      (W rows are also asked into L2 four K blocks ahead: one block of loads per warp in
-//      flight leaves DRAM idle)
 //   3. every MMA starts from zero and its f32 sums are added per 128-K block, which then
 //      enters the f32 accumulator times the two block scales, as the CPU GEMM does: the tensor
 //      core never sums more than 32 products (the CUTLASS kernels: 128)
@@ -29,7 +27,6 @@ constexpr int kWarps = 4;
 constexpr int kChannelsPerWarp = 16;  // the MMA's M
 constexpr int kRowsPerPass = 8;       // the MMA's N
 constexpr int kLoads = 6;             // uint4 per thread per 128-K block: 2 halves x (2 W rows + 1 A row)
-constexpr int kPrefetch = 4;          // K blocks of W asked into L2 ahead of the loads
 
 static_assert(kBlock == 128, "a K block is two 64-K halves of four 16-byte thread slices");
 
@@ -87,11 +84,6 @@ __device__ __forceinline__ uint4 load_streaming(const std::uint8_t* p) {
   return v;
 }
 
-// One 128-byte line (a row's K block) into L2, not waiting for it.
-__device__ __forceinline__ void prefetch_l2(const std::uint8_t* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
   const int group = nth_group_with_rows(p, int(blockIdx.y));
   const int n0 = (int(blockIdx.x) * kWarps + int(threadIdx.x / 32)) * kChannelsPerWarp;
@@ -118,20 +110,10 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
         v[3 * h + 2] = has_row ? __ldg(reinterpret_cast<const uint4*>(a_row + at)) : make_uint4(0, 0, 0, 0);
       }
     };
-    // Thread t = 0 of each group asks for its two rows' K blocks kPrefetch ahead: with one block
-    // of loads in flight per warp the memory pipe would run dry.
-    auto prefetch = [&](int kb) {
-      if (t == 0 && kb < k_blocks) {
-        prefetch_l2(w_lo + std::size_t(kb) * kBlock);
-        prefetch_l2(w_hi + std::size_t(kb) * kBlock);
-      }
-    };
-    for (int kb = 1; kb < kPrefetch; ++kb) prefetch(kb);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     uint4 cur[kLoads], next[kLoads];
     load(0, cur);
     for (int kb = 0; kb < k_blocks; ++kb) {
-      prefetch(kb + kPrefetch);
       if (kb + 1 < k_blocks) load(kb + 1, next);
       float block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
