@@ -9,20 +9,7 @@ import argparse
 
 import torch
 
-
-def time_ms(fn, warmup=3, runs=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[len(times) // 2]
+from moe_peers import median_us
 
 
 def main():
@@ -47,7 +34,7 @@ def main():
 
     flops = 2.0 * g * m * n * k
     try:
-        ms = time_ms(loop)
+        ms = median_us(loop, 20, on_gpu=True) / 1e3
         # Spot check one expert against a dequantized matmul.
         e = g - 1
         ref = (x[e].float() * sx[e].repeat_interleave(128, dim=1)) @ (

@@ -110,6 +110,49 @@ __global__ void __launch_bounds__(256) scan_subtiles(PlanParams p) {
 
 __device__ __forceinline__ int round_up_int(int x, int m) { return (x + m - 1) / m * m; }
 
+// Rows [first, max_rows) step `stride`: the local expert whose padded rows hold the row, -1 past
+// the rows in use (offsets [E_local + 1], contiguous format).
+__device__ __forceinline__ void write_row_experts(const PlanParams& p, const int* offsets, std::int64_t first,
+                                                  std::int64_t stride) {
+  const int used = offsets[p.experts];
+  for (std::int64_t r = first; r < p.max_rows; r += stride) {
+    int e = -1;
+    if (r < used) {
+      int lo = 0, hi = p.experts;
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[mid] <= r) lo = mid;
+        else hi = mid;
+      }
+      e = lo;
+    }
+    p.row_expert[r] = e;
+  }
+}
+
+// One warp replays p.pieces pieces of 32 slots from first_slot in slot order: a slot's row is
+// next[e] (its expert's next row, advanced here) plus the same expert's slots before it in the
+// piece. Writes slot_rows and row_token.
+__device__ __forceinline__ void replay_slots(const PlanParams& p, std::int64_t first_slot, int* next) {
+  const int lane = int(threadIdx.x & 31);
+  const unsigned below = (1u << lane) - 1u;
+  for (int piece = 0; piece < p.pieces; ++piece) {
+    const std::int64_t s = first_slot + piece * 32 + lane;
+    const int e = local_expert(p, s);
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    const int rank = e >= 0 ? next[e] + __popc(peers & below) : 0;
+    __syncwarp();
+    if (e >= 0 && lane == __ffs(peers) - 1) next[e] += __popc(peers);
+    if (s < p.slots) {
+      int row = -1;
+      if (e >= 0) row = p.masked ? (rank < p.capacity ? e * p.capacity + rank : -1) : rank;
+      p.slot_rows[s] = row;
+      if (row >= 0) p.row_token[row] = int(s / p.top_k);
+    }
+    __syncwarp();
+  }
+}
+
 __global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
@@ -149,23 +192,9 @@ __global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
   __syncthreads();
 
   // Local expert of every row (contiguous), grid-stride.
-  if (p.row_expert) {
-    const int used = offsets[p.experts];
-    for (std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < p.max_rows;
-         r += std::int64_t(gridDim.x) * blockDim.x) {
-      int e = -1;
-      if (r < used) {
-        int lo = 0, hi = p.experts;
-        while (hi - lo > 1) {
-          const int mid = (lo + hi) / 2;
-          if (offsets[mid] <= r) lo = mid;
-          else hi = mid;
-        }
-        e = lo;
-      }
-      p.row_expert[r] = e;
-    }
-  }
+  if (p.row_expert)
+    write_row_experts(p, offsets, std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                      std::int64_t(gridDim.x) * blockDim.x);
 
   // Replay this warp's subtile in slot order.
   const int subtile = blockIdx.x * warps + warp;
@@ -174,23 +203,7 @@ __global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
   for (int e = lane; e < p.experts; e += 32)
     next[e] = p.subtile_counts[std::int64_t(e) * p.subtiles + subtile] + (p.masked ? 0 : offsets[e]);
   __syncwarp();
-  const std::int64_t first_slot = std::int64_t(subtile) * p.pieces * 32;
-  const unsigned below = (1u << lane) - 1u;
-  for (int piece = 0; piece < p.pieces; ++piece) {
-    const std::int64_t s = first_slot + piece * 32 + lane;
-    const int e = local_expert(p, s);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    const int rank = e >= 0 ? next[e] + __popc(peers & below) : 0;
-    __syncwarp();
-    if (e >= 0 && lane == __ffs(peers) - 1) next[e] += __popc(peers);
-    if (s < p.slots) {
-      int row = -1;
-      if (e >= 0) row = p.masked ? (rank < p.capacity ? e * p.capacity + rank : -1) : rank;
-      p.slot_rows[s] = row;
-      if (row >= 0) p.row_token[row] = int(s / p.top_k);
-    }
-    __syncwarp();
-  }
+  replay_slots(p, std::int64_t(subtile) * p.pieces * 32, next);
 }
 
 }  // namespace moekit::cuda::permute

@@ -79,43 +79,12 @@ __global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p)
   }
   __syncthreads();
 
-  // 5a. Local expert of every row (contiguous): the expert whose padded range holds it.
-  if (p.row_expert) {
-    for (std::int64_t r = threadIdx.x; r < p.max_rows; r += blockDim.x) {
-      int e = -1;
-      if (r < used) {
-        int lo = 0, hi = p.experts;
-        while (hi - lo > 1) {
-          const int mid = (lo + hi) / 2;
-          if (offsets[mid] <= r) lo = mid;
-          else hi = mid;
-        }
-        e = lo;
-      }
-      p.row_expert[r] = e;
-    }
-  }
+  // 5a. Local expert of every row (contiguous).
+  if (p.row_expert) write_row_experts(p, offsets, threadIdx.x, blockDim.x);
 
   // 5b. Replay this warp's subtile in slot order.
   if (warp >= p.subtiles) return;
-  int* next = counters + warp * p.experts;
-  const std::int64_t first_slot = std::int64_t(warp) * p.pieces * 32;
-  const unsigned below = (1u << lane) - 1u;
-  for (int piece = 0; piece < p.pieces; ++piece) {
-    const std::int64_t s = first_slot + piece * 32 + lane;
-    const int e = local_expert(p, s);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    const int rank = e >= 0 ? next[e] + __popc(peers & below) : 0;
-    __syncwarp();
-    if (e >= 0 && lane == __ffs(peers) - 1) next[e] += __popc(peers);
-    if (s < p.slots) {
-      int row = -1;
-      if (e >= 0) row = p.masked ? (rank < p.capacity ? e * p.capacity + rank : -1) : rank;
-      p.slot_rows[s] = row;
-      if (row >= 0) p.row_token[row] = int(s / p.top_k);
-    }
-    __syncwarp();
-  }
+  replay_slots(p, std::int64_t(warp) * p.pieces * 32, counters + warp * p.experts);
 }
 
 }  // namespace moekit::cuda::permute
