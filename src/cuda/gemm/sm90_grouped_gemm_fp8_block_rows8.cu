@@ -5,8 +5,7 @@
 // W is the 16-row operand and the group's rows the 8 columns (swap AB).
 //   1. block (x, y): the y-th group that has rows; its warps take 16 channels each from x
 //   2. per 64 of K, each thread loads 16 bytes of two W rows and of one A row; two MMAs use
-//      them with the K order inside the 64 permuted the same way in both operands; the loads
-//      run two 128-K blocks ahead of the MMAs
+//      them with the K order inside the 64 permuted the same way in both operands
 //   3. every MMA starts from zero and its f32 sums are added per 128-K block, which then
 //      enters the f32 accumulator times the two block scales, as the CPU GEMM does: the tensor
 //      core never sums more than 32 products (the CUTLASS kernels: 128)
@@ -112,8 +111,10 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
       }
     };
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // One K block: four MMAs from zero, summed in f32, then times the block's two scales.
-    auto compute = [&](int kb, const uint4 (&v)[kLoads]) {
+    uint4 cur[kLoads], next[kLoads];
+    load(0, cur);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      if (kb + 1 < k_blocks) load(kb + 1, next);
       float block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -121,9 +122,9 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
         for (int q = 0; q < 2; ++q) {
           // Logical column c of the MMA is K offset (c % 16) / 4 * 16 + 8q + (c >= 16) * 4 + c % 4
           // of this 64: the same for W (operand A) and the row of A (operand B).
-          const std::uint32_t wa[4] = {word(v[3 * h], 2 * q), word(v[3 * h + 1], 2 * q), word(v[3 * h], 2 * q + 1),
-                                       word(v[3 * h + 1], 2 * q + 1)};
-          const std::uint32_t xb[2] = {word(v[3 * h + 2], 2 * q), word(v[3 * h + 2], 2 * q + 1)};
+          const std::uint32_t wa[4] = {word(cur[3 * h], 2 * q), word(cur[3 * h + 1], 2 * q),
+                                       word(cur[3 * h], 2 * q + 1), word(cur[3 * h + 1], 2 * q + 1)};
+          const std::uint32_t xb[2] = {word(cur[3 * h + 2], 2 * q), word(cur[3 * h + 2], 2 * q + 1)};
           float part[4];
           mma_e4m3(part, wa, xb);
 #pragma unroll
@@ -137,21 +138,9 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
       acc[1] += s1 * block[1];
       acc[2] += s0 * block[2];
       acc[3] += s1 * block[3];
-    };
-    // Loads run two K blocks ahead of the MMAs: three register buffers in a fixed rotation (the
-    // loop is unrolled by three so that no buffer is indexed at run time).
-    uint4 b0[kLoads], b1[kLoads], b2[kLoads];
-    load(0, b0);
-    if (1 < k_blocks) load(1, b1);
-    for (int kb = 0; kb < k_blocks; kb += 3) {
-      if (kb + 2 < k_blocks) load(kb + 2, b2);
-      compute(kb, b0);
-      if (kb + 1 >= k_blocks) break;
-      if (kb + 3 < k_blocks) load(kb + 3, b0);
-      compute(kb + 1, b1);
-      if (kb + 2 >= k_blocks) break;
-      if (kb + 4 < k_blocks) load(kb + 4, b1);
-      compute(kb + 2, b2);
+      if (kb + 1 < k_blocks)
+#pragma unroll
+        for (int i = 0; i < kLoads; ++i) cur[i] = next[i];
     }
     // acc: (channel n0 + g, row col), (n0 + g, col + 1), (n0 + g + 8, col), (n0 + g + 8, col + 1)
     __nv_bfloat16* out = p.d + std::size_t(row0 + col) * p.n + n0 + g;
