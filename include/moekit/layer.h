@@ -30,6 +30,16 @@ struct Weights {
   TensorView w2_input_scale;
 };
 
+// Host tensors that own a layer's parameters: what the synthetic generator, the checkpoint
+// importer and the layer-file reader hand out. Absent tensors give absent views.
+struct OwnedWeights {
+  Tensor w13, w2;                          // [E_local, W, H], [E_local, H, I]; bf16 | fp8
+  Tensor w13_scale, w2_scale;              // f32, the layouts of Weights
+  Tensor e_score_correction_bias;          // [E]
+  Tensor w13_input_scale, w2_input_scale;  // [1] f32, fp8-tensor static activation scales
+  Weights weights() const;
+};
+
 // How expert outputs return to their token's rank (DESIGN §7).
 //   exact:   one row per (token, expert); the source sums in slot order like ep = 1: bit-identical.
 //   partial: one row per (token, rank), the rank's weighted sum; added in rank order. Least traffic.

@@ -98,6 +98,11 @@ struct Layer::Impl {
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
 };
 
+Weights OwnedWeights::weights() const {
+  return {w13.view(), w2.view(), w13_scale.view(), w2_scale.view(), e_score_correction_bias.view(),
+          w13_input_scale.view(), w2_input_scale.view()};
+}
+
 Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   validate(config);

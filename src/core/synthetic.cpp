@@ -144,16 +144,6 @@ Tensor make_scales(const MoEConfig& c, Projection p) {
 
 }  // namespace
 
-Weights SyntheticLayer::weights() const {
-  Weights w;
-  w.w13 = w13.view();
-  w.w2 = w2.view();
-  w.w13_scale = w13_scale.view();
-  w.w2_scale = w2_scale.view();
-  w.e_score_correction_bias = bias.view();
-  return w;
-}
-
 SyntheticLayer make_synthetic_layer(const MoEConfig& c, std::uint64_t seed) {
   validate(c);
   SyntheticLayer layer;
@@ -168,9 +158,9 @@ SyntheticLayer make_synthetic_layer(const MoEConfig& c, std::uint64_t seed) {
   quantize_projection(c, seed, Projection::w13, layer.w13, layer.w13_scale);
   quantize_projection(c, seed, Projection::w2, layer.w2, layer.w2_scale);
   if (c.routing.uses_bias()) {
-    layer.bias = Tensor(DType::f32, {c.num_experts});
+    layer.e_score_correction_bias = Tensor(DType::f32, {c.num_experts});
     for (std::int64_t e = 0; e < c.num_experts; ++e)
-      layer.bias.ptr<float>()[e] = float(0.1 * normal(seed, kBias, std::uint64_t(e)));
+      layer.e_score_correction_bias.ptr<float>()[e] = float(0.1 * normal(seed, kBias, std::uint64_t(e)));
   }
   return layer;
 }

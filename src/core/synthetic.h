@@ -12,11 +12,9 @@
 
 namespace moekit::core {
 
-struct SyntheticLayer {
+struct SyntheticLayer : OwnedWeights {
   MoEConfig config;
   std::uint64_t seed = 0;
-  Tensor w13, w2, w13_scale, w2_scale, bias;
-  Weights weights() const;
 };
 
 // The local experts' weights, quantized per config.quant, plus the routing bias.

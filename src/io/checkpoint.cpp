@@ -173,16 +173,6 @@ void read_projection(CheckpointFiles& files, const std::string& weight_name, con
 
 }  // namespace
 
-Weights CheckpointLayer::weights() const {
-  Weights w;
-  w.w13 = w13.view();
-  w.w2 = w2.view();
-  w.w13_scale = w13_scale.view();
-  w.w2_scale = w2_scale.view();
-  w.e_score_correction_bias = e_score_correction_bias.view();
-  return w;
-}
-
 CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
   const std::string config_path = (fs::path(folder) / "config.json").string();
   std::error_code ec;

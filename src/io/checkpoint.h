@@ -22,14 +22,12 @@ struct ImportOptions {
   int ep_size = 1, ep_rank = 0;  // only this rank's experts are read
 };
 
-struct CheckpointLayer {
+// w13 [E_local, 2I, H] gate rows then up rows, w2 [E_local, H, I] (bf16 | fp8); the scales for
+// fp8-block only: [E_local, 2I/128, ceil(H/128)], [E_local, ceil(H/128), ceil(I/128)];
+// e_score_correction_bias [E] f32 when the checkpoint has one.
+struct CheckpointLayer : OwnedWeights {
   MoEConfig config;
-  Tensor w13, w2;                // [E_local, 2I, H] gate rows then up rows, [E_local, H, I]; bf16 | fp8
-  Tensor w13_scale, w2_scale;    // fp8-block only: [E_local, 2I/128, ceil(H/128)], [E_local, ceil(H/128), ceil(I/128)]
-  Tensor e_score_correction_bias;  // [E] f32, when the checkpoint has one
-  Tensor gate_weight;              // router [E, H] f32 (converted from bf16/f16/f32)
-
-  Weights weights() const;
+  Tensor gate_weight;  // router [E, H] f32 (converted from bf16/f16/f32)
 };
 
 // Reads only the tensors of this rank's experts of one layer. Throws moekit::Error naming the

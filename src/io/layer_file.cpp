@@ -218,18 +218,6 @@ Tensor reshaped_copy(const Tensor& t, std::vector<std::int64_t> shape) {
 
 }  // namespace
 
-Weights LayerFile::weights() const {
-  Weights w;
-  w.w13 = w13.view();
-  w.w2 = w2.view();
-  w.w13_scale = w13_scale.view();
-  w.w2_scale = w2_scale.view();
-  w.e_score_correction_bias = e_score_correction_bias.view();
-  w.w13_input_scale = w13_input_scale.view();
-  w.w2_input_scale = w2_input_scale.view();
-  return w;
-}
-
 std::map<std::string, std::string> config_metadata(const MoEConfig& c) {
   Metadata m;
   m["num_experts"] = std::to_string(c.num_experts);

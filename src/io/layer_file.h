@@ -22,19 +22,14 @@ namespace moekit::io {
 //                             is always gate_up
 //   weight_placement          "output" (default) | "input"
 //   swiglu_alpha, swiglu_limit   swiglu_oai's constants, absent = 1.702, 7.0
-struct LayerFile {
+// The weights (OwnedWeights): w13, w2 bf16 | fp8 per quant; scales f32 in DESIGN §4's layout
+// (fp8-tensor [E_local]); e_score_correction_bias [E] f32 | bf16; the input scales [1] f32.
+struct LayerFile : OwnedWeights {
   MoEConfig config;
   Tensor hidden;                       // [T, H] bf16
   Tensor router_logits;                // [T, E] f32 | bf16; absent for external routing
   Tensor topk_ids, topk_weights;       // [T, k] i32, f32; present for external routing
-  Tensor w13, w2;                      // [E_local, W, H], [E_local, H, I]; bf16 | fp8 per quant
-  Tensor w13_scale, w2_scale;          // f32, DESIGN §4 layout; fp8-tensor [E_local]
-  Tensor e_score_correction_bias;      // [E] f32 | bf16
-  Tensor w13_input_scale, w2_input_scale;  // [1] f32, fp8-tensor static activation scales
   std::map<std::string, Tensor> extra;     // every other tensor (expected_out, ...)
-
-  // Views of the weight tensors above; absent ones are absent views.
-  Weights weights() const;
 };
 
 // Reads and validates a layer file: required metadata keys present and parsable (the Error

@@ -111,8 +111,8 @@ TEST_P(CoreSynthetic, WeightsAreTheMasterQuantized) {
   EXPECT_EQ(l.w2.shape(), (std::vector<std::int64_t>{4, 144, 128}));
   check_projection(c, l, Projection::w13);
   check_projection(c, l, Projection::w2);
-  ASSERT_TRUE(l.bias.defined());
-  EXPECT_EQ(l.bias.shape(), (std::vector<std::int64_t>{4}));
+  ASSERT_TRUE(l.e_score_correction_bias.defined());
+  EXPECT_EQ(l.e_score_correction_bias.shape(), (std::vector<std::int64_t>{4}));
   // DequantizedWeights reads back q * scale.
   const DequantizedWeights deq(c, l.weights());
   std::vector<double> row(144), master_row(144);
@@ -143,7 +143,7 @@ TEST_P(CoreSynthetic, EpRanksGenerateTheSameExperts) {
     ASSERT_EQ(b->nbytes() * 2, a->nbytes());
     EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(a->view().data) + b->nbytes(), b->view().data, b->nbytes()), 0);
   }
-  EXPECT_EQ(std::memcmp(full.bias.view().data, rank1.bias.view().data, full.bias.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(full.e_score_correction_bias.view().data, rank1.e_score_correction_bias.view().data, full.e_score_correction_bias.nbytes()), 0);
   // The same seed again gives the same bytes; another seed does not.
   c.ep_size = 1, c.ep_rank = 0;
   const SyntheticLayer again = make_synthetic_layer(c, seed), other = make_synthetic_layer(c, seed + 1);

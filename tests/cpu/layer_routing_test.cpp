@@ -32,11 +32,11 @@ TEST_P(CpuLayerRouting, FusedEqualsExternal) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const MoEConfig config = config_of(c);
   TestLayer tl = make_test_layer(c, seed);
-  if (tl.synthetic.bias.defined() && c.logits_dtype == DType::bf16) {
+  if (tl.synthetic.e_score_correction_bias.defined() && c.logits_dtype == DType::bf16) {
     // The bias may be bf16 too (DESIGN §2).
     Tensor b(DType::bf16, {c.experts});
-    for (std::int64_t e = 0; e < c.experts; ++e) b.ptr<bf16>()[e] = float_to_bf16(tl.synthetic.bias.ptr<float>()[e]);
-    tl.synthetic.bias = std::move(b);
+    for (std::int64_t e = 0; e < c.experts; ++e) b.ptr<bf16>()[e] = float_to_bf16(tl.synthetic.e_score_correction_bias.ptr<float>()[e]);
+    tl.synthetic.e_score_correction_bias = std::move(b);
   }
   const Tensor hidden = core::make_hidden(c.tokens, c.hidden, seed + 1);
   const Tensor logits = core::make_router_logits(c.tokens, c.experts, c.logits_dtype, seed + 2);
@@ -50,7 +50,7 @@ TEST_P(CpuLayerRouting, FusedEqualsExternal) {
   layer.forward(FusedArgs{hidden.view(), logits.view(), fused_out.view(), fused.ids.view(), fused.weights.view()});
 
   // moekit::route on its own, then the external entry point of the same layer.
-  const Routing routed = route_with(config.routing, logits, tl.synthetic.bias);
+  const Routing routed = route_with(config.routing, logits, tl.synthetic.e_score_correction_bias);
   EXPECT_EQ(bit_differences(fused.ids, routed.ids), 0);
   EXPECT_EQ(std::memcmp(fused.weights.view().data, routed.weights.view().data, routed.weights.nbytes()), 0);
   const Tensor external_out = run_external(layer, hidden, routed);

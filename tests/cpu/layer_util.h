@@ -161,7 +161,7 @@ inline Inputs make_inputs(const LayerCase& c, const TestLayer& layer, std::uint6
   Inputs in;
   in.hidden = core::make_hidden(c.tokens, c.hidden, seed + 1);
   in.logits = core::make_router_logits(c.tokens, c.experts, c.logits_dtype, seed + 2);
-  in.routing = case_routing(c, in.logits, layer.synthetic.bias, seed);
+  in.routing = case_routing(c, in.logits, layer.synthetic.e_score_correction_bias, seed);
   return in;
 }
 
