@@ -70,8 +70,9 @@ struct EpOptions {
 // Profiling: the layer calls step() on the host as it enqueues each step of a forward, just
 // before the step's work: "routing" (fused routing), "quantize", "permute", "gemm1",
 // "activation", "gemm2", "finalize" (with expert parallelism: "routing", "plan", "quantize",
-// "dispatch", the experts' steps, "combine"), and step("end") after the last. A GPU caller records an event on `stream`; the time from one
-// step to the next is the step's. Do not record while a CUDA graph is being captured.
+// "dispatch", the experts' steps, "combine"), and step("end") after the last. A GPU caller
+// records an event on `stream`; the time from one step to the next is the step's. Do not
+// record while a CUDA graph is being captured.
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
