@@ -78,7 +78,8 @@ void run_case(const Case& c) {
 
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
-  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma}) {
+  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma,
+                        GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma}) {
     if (tile == GemmTile::rows8_warp_mma && c.rows_per_group > 8) continue;  // decode only
     const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
     const moekit::cuda::GroupedGemmConfig config{tile};
@@ -112,7 +113,7 @@ void run_case(const Case& c) {
       times.push_back(ms);
     }
     const double ms = median(times);
-    std::printf("%-12s %-22s groups=%-4d rows/group=%-6lld N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s\n",
+    std::printf("%-12s %-30s groups=%-4d rows/group=%-6lld N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s\n",
                 std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
                 c.groups, c.rows_per_group, c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6);
     cudaFree(workspace);
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
         {GemmKind::bf16, 8, 4096, 4096, 7168},
         {GemmKind::fp8_block, 256, 128, 4096, 7168},   // deepseek-v3 GEMM1, T=4096 (k=8, balanced)
         {GemmKind::fp8_block, 256, 128, 7168, 2048},   // deepseek-v3 GEMM2, T=4096
+        {GemmKind::fp8_block, 256, 155, 4096, 7168},   // deepseek-v3 GEMM1, T=4096, rows as its routing gives
+        {GemmKind::fp8_block, 256, 155, 7168, 2048},   // deepseek-v3 GEMM2, same
         {GemmKind::fp8_block, 256, 2, 4096, 7168},     // deepseek-v3 GEMM1, T=64 (decode-ish)
         {GemmKind::fp8_block, 8, 1, 4096, 7168},       // deepseek-v3 GEMM1, T=1: the 8 experts hit
         {GemmKind::fp8_block, 8, 1, 7168, 2048},       // deepseek-v3 GEMM2, T=1
@@ -143,7 +146,7 @@ int main(int argc, char** argv) {
         {GemmKind::fp8_block, 48, 1, 4096, 7168},      // deepseek-v3 GEMM1, T=8 (~47 experts hit)
     };
   }
-  std::printf("%-12s %-22s %s\n", "kind", "tile", "shape / time / rate");
+  std::printf("%-12s %-30s %s\n", "kind", "tile", "shape / time / rate");
   for (const Case& c : cases) run_case(c);
   return 0;
 }

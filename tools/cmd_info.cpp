@@ -45,8 +45,14 @@ int cmd_explain(int argc, char** argv) {
   const std::int64_t pairs = tokens * config.top_k();
   const cuda::GroupedGemmDesc gemm1{kind, config.local_experts(), config.gemm1_width(), config.hidden_size, 0, pairs};
   const cuda::GroupedGemmDesc gemm2{kind, config.local_experts(), config.hidden_size, config.intermediate_size, 0, pairs};
-  for (const auto& [name, desc] : {std::pair{"GEMM1", gemm1}, std::pair{"GEMM2", gemm2}}) {
-    const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, per_group);
+  struct Gemm {
+    const char* name;
+    cuda::GroupedGemmDesc desc;
+    bool requantized;  // its output is quantized to FP8 next
+  };
+  for (const Gemm& g : {Gemm{"GEMM1", gemm1, kind != cuda::GemmKind::bf16}, Gemm{"GEMM2", gemm2, false}}) {
+    const auto& [name, desc, requantized] = g;
+    const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, per_group, requantized);
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ const Shape kShapes[] = {
     {"decode_rows_le8_n1536_k2048", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7}, 1536, 2048},
     {"decode_one_row_n7168_k2048", {0, 0, 1, 0, 1}, 7168, 2048},
     {"rows_past_8_n256_k384", {9, 17, 0, 24}, 256, 384},
+    {"prefill_rows_n256_k7168", {155, 0, 160, 129, 140}, 256, 7168},
 };
 
 QuantScheme scheme_of(GemmKind kind) {
@@ -161,6 +163,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     if (c == '-') c = '_';
   const char* tile = info.param.tile == GemmTile::m64_n128_pingpong   ? "_m64_"
                      : info.param.tile == GemmTile::rows8_warp_mma ? "_rows8_"
+                     : info.param.tile == GemmTile::m128_n128_wgmma ? "_wgmma128_"
+                     : info.param.tile == GemmTile::m64_n128_wgmma ? "_wgmma64_"
                                                                    : "_m128_";
   return kind + tile + info.param.shape.name + (info.param.padding ? "_padded" : "");
 }
@@ -237,8 +241,15 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
     max_ref = std::max(max_ref, std::fabs(r));
   }
   EXPECT_EQ(unwritten, 0) << "elements left unwritten (NaN poison) of " << got.size();
-  // bf16 output: each element may differ by a rounding of the other accumulation order.
-  EXPECT_LE(std::sqrt(diff / std::max(norm, 1e-30)), 4e-3) << desc.to_string() << " " << config.to_string();
+  // bf16 output: each element may differ by a rounding of the other accumulation order. The
+  // kernels that promote to f32 every 32 of K sum as the CPU does: only f32 rounding differs, so
+  // an element's bf16 rounding rarely flips; CUTLASS's FP8 kernels accumulate 128 of K inside the
+  // tensor core at reduced precision.
+  const double rel = std::sqrt(diff / std::max(norm, 1e-30));
+  const bool exact = c.tile == GemmTile::rows8_warp_mma;
+  RecordProperty("rel_err", std::to_string(rel));
+  std::printf("rel_err %.3g\n", rel);
+  EXPECT_LE(rel, exact ? 5e-5 : 4e-3) << desc.to_string() << " " << config.to_string();
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = bf16_to_float(got[i]), r = bf16_to_float(expected[i]);
     ASSERT_LE(std::fabs(g - r), 1e-2 * max_ref + 1e-2 * std::fabs(r)) << "element " << i << " (row " << i / std::size_t(n) << ")";
@@ -249,6 +260,9 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
     for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
+      for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
+  for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
+    for (GemmTile tile : {GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma})
       for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
   // The warp-MMA kernel takes whole 128-K blocks and N % 16 == 0 (can_implement says so).
   for (const Shape& s : kShapes)

@@ -44,6 +44,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_cooperative: return "128x128 cooperative";
     case GemmTile::m64_n128_pingpong: return "64x128 ping-pong";
     case GemmTile::rows8_warp_mma: return "warp mma 16 channels x 8 rows";
+    case GemmTile::m128_n128_wgmma: return "128x128 wgmma, f32 every 32 K";
+    case GemmTile::m64_n128_wgmma: return "64x128 wgmma, f32 every 32 K";
   }
   return "?";
 }
@@ -56,18 +58,21 @@ std::string GroupedGemmDesc::to_string() const {
 
 std::string GroupedGemmConfig::to_string() const { return std::string(cuda::to_string(tile)); }
 
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group) {
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, bool requantized) {
+  const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows per group";
   // Decode: most groups empty or a row or two; the tiles below would be padding and one per SM.
   if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 &&
       cuda::can_implement(desc, {GemmTile::rows8_warp_mma}))
-    return {{GemmTile::rows8_warp_mma}, "~" + std::to_string(rows_per_group).substr(0, 4) +
-                                            " rows per group <= 0.5: warps stream W once per 8 rows, no tile padding"};
+    return {{GemmTile::rows8_warp_mma}, rows + " <= 0.5: warps stream W once per 8 rows, no tile padding"};
   // Few rows per group (many experts): a 128-row tile would be mostly padding.
-  if (rows_per_group <= 64)
-    return {{GemmTile::m64_n128_pingpong}, "~" + std::to_string(int(rows_per_group)) +
-                                               " rows per group <= 64: 64-row tiles waste less"};
-  return {{GemmTile::m128_n128_cooperative},
-          "~" + std::to_string(int(rows_per_group)) + " rows per group > 64: 128-row tiles reuse W better"};
+  const bool few = rows_per_group <= 64;
+  const std::string tiles = few ? " <= 64: 64-row tiles waste less" : " > 64: 128-row tiles reuse W better";
+  // FP8 output that is requantized: moekit's WGMMA kernel, f32 every 32 of K.
+  if (desc.kind != GemmKind::bf16 && requantized) {
+    const GemmTile tile = few ? GemmTile::m64_n128_wgmma : GemmTile::m128_n128_wgmma;
+    if (cuda::can_implement(desc, {tile})) return {{tile}, rows + tiles + "; requantized next: f32 every 32 of K"};
+  }
+  return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }
 
 Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {

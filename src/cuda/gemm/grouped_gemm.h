@@ -26,6 +26,8 @@ enum class GemmTile : std::uint8_t {
   m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
   m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups
   rows8_warp_mma,         // warps of mma.sync, 16 channels x 8 rows of a group: decode (fp8_block)
+  m128_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8)
+  m64_n128_wgmma,         // the same with 64-row tiles: few rows per group
 };
 
 std::string_view to_string(GemmKind kind);
@@ -71,7 +73,10 @@ struct GemmChoice {
   GroupedGemmConfig config;
   std::string reason;
 };
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group);
+// requantized: the GEMM's bf16 output is quantized to FP8 next (GEMM1 of an FP8 layer). A last-bit
+// difference there can become a whole FP8 step, so its sums must follow the CPU's f32 ones
+// closely: at most 32 of K in the tensor core (moekit's kernels), not CUTLASS's 128.
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, bool requantized);
 
 Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);
 std::size_t workspace_size(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);

@@ -1,6 +1,6 @@
 // The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
 // sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel
-// (fp8_block_rows8 is moekit's own warp-MMA kernel, no CUTLASS).
+// (rows8 and wgmma are moekit's own kernels, in sm90_grouped_gemm_fp8_{block_rows8,wgmma}.cu).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,11 @@
   X(GemmKind::fp8_block, GemmTile::m64_n128_pingpong, fp8_block_m64)       \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_cooperative, fp8_channel_m128) \
   X(GemmKind::fp8_channel, GemmTile::m64_n128_pingpong, fp8_channel_m64)   \
-  X(GemmKind::fp8_block, GemmTile::rows8_warp_mma, fp8_block_rows8)
+  X(GemmKind::fp8_block, GemmTile::rows8_warp_mma, fp8_block_rows8)        \
+  X(GemmKind::fp8_block, GemmTile::m128_n128_wgmma, fp8_block_wgmma128)     \
+  X(GemmKind::fp8_block, GemmTile::m64_n128_wgmma, fp8_block_wgmma64)       \
+  X(GemmKind::fp8_channel, GemmTile::m128_n128_wgmma, fp8_channel_wgmma128) \
+  X(GemmKind::fp8_channel, GemmTile::m64_n128_wgmma, fp8_channel_wgmma64)
 
 namespace moekit::cuda::sm90 {
 

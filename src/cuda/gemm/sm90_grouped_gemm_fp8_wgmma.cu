@@ -1,0 +1,397 @@
+// Grouped GEMM instances: fp8_block and fp8_channel, m128_n128_wgmma and m64_n128_wgmma (see
+// sm90_grouped_gemm_instances.h). moekit's own Hopper kernel for FP8 beyond decode sizes: TMA +
+// WGMMA, warp-specialized, and exact where CUTLASS 4.2 is not. The tensor core adds a WGMMA's products into a nonzero
+// accumulator with about 14 bits kept; CUTLASS's blockwise mainloop lets it sum 128 of K that way
+// before the f32 promotion (it cannot promote more often), and after the bf16 rounding and the FP8
+// requantization of GEMM1's output that moves the layer 5.2e-3 from the CPU pipeline reference
+// (DESIGN §8 allows 5e-3). Here every WGMMA starts from zero and sums only 32 products, which
+// enter the f32 accumulator times the two block scales right away, as the CPU GEMM sums them.
+//   1. block x: the x-th (group, row tile, 128-column tile) of the groups that have rows, in
+//      order, row tiles fastest (the tiles that share a W tile run side by side); one warp finds
+//      it. Row tiles of 128 (many rows per group) or 64 (few: less padding, half the MMAs)
+//   2. warp 0 (producer): per 128 of K, TMA of the A tile (rows x 128) and the 128x128 W tile
+//      into one of the stages (128-byte swizzle), signalled by the stage's full barrier
+//   3. warpgroups 1 and 2 (consumers, 232 registers; the producer gives its own back): 64 rows x
+//      128 columns each (128-row tiles) or 64 rows x 64 columns (64-row tiles); per 32 of K one
+//      WGMMA from zero, then in f32 acc += (a_scale * w_scale) *
+//      part (block scales) or acc += part (a row's and a channel's one scale, applied at the end as
+//      the CPU does); two part buffers, so that the next WGMMA runs while one is added; the stage
+//      goes back through its empty barrier once its four WGMMAs are done
+//   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/gemm/sm90_grouped_gemm_instances.h"
+#include "moekit/quant.h"
+
+namespace moekit::cuda::sm90 {
+namespace {
+
+constexpr int kTileN = 128;
+constexpr int kTileK = 128;  // one scale block per stage
+constexpr int kConsumers = 2;  // warpgroups
+constexpr int kThreads = (1 + kConsumers) * 128;
+constexpr int kPipelineBytes = 192 * 1024;
+
+// A tile of kRows rows: what each consumer warpgroup takes, and the stages that fit.
+template <int kRows>
+struct Shape {
+  static_assert(kRows == 128 || kRows == 64, "row tiles of 128 or 64");
+  static constexpr int kWarpgroupCols = kRows == 128 ? 128 : 64;  // the WGMMA's N
+  static constexpr int kTileABytes = kRows * kTileK;
+  static constexpr int kStageBytes = kTileABytes + kTileN * kTileK;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 32;
+  // Where warpgroup c's part of the tile starts.
+  static constexpr int row_of(int c) { return kRows == 128 ? c * 64 : 0; }
+  static constexpr int col_of(int c) { return kRows == 128 ? 0 : c * 64; }
+};
+
+static_assert(kBlock == kTileK, "a stage is one 128-K scale block");
+
+struct Params {
+  const float* a_scales;        // group e: [K/128, M_e] at offsets[e] * K/128
+  const std::int32_t* offsets;  // [groups + 1]
+  const std::int32_t* counts;   // [groups] rows that carry data; null: all of M_e
+  const float* w_scales;        // block: [groups, K/128, ceil(N/128)]; channel: [groups, K/128, N]
+  __nv_bfloat16* d;             // [rows, N]
+  int groups, n, k;
+};
+
+struct Tile {
+  int group, row0, m0, n0, rows, padded;  // row0 = offsets[group]; m0, n0 within the group
+};
+
+__device__ __forceinline__ int rows_of(const Params& p, int group) {
+  return p.counts ? p.counts[group] : p.offsets[group + 1] - p.offsets[group];
+}
+
+// The index-th tile of kRows rows, counting the tiles of every group in order; false when there
+// are fewer. One warp.
+template <int kRows>
+__device__ bool find_tile(const Params& p, int index, Tile& tile) {
+  const int lane = int(threadIdx.x % 32);
+  const int n_tiles = (p.n + kTileN - 1) / kTileN;
+  int seen = 0;
+  for (int base = 0; base < p.groups; base += 32) {
+    const int g = base + lane;
+    const int rows = g < p.groups ? rows_of(p, g) : 0;
+    const int tiles = (rows + kRows - 1) / kRows * n_tiles;
+    int inclusive = tiles;
+#pragma unroll
+    for (int step = 1; step < 32; step *= 2) {
+      const int v = __shfl_up_sync(~0u, inclusive, step);
+      if (lane >= step) inclusive += v;
+    }
+    const int total = __shfl_sync(~0u, inclusive, 31);
+    if (seen + total > index) {
+      const unsigned past = __ballot_sync(~0u, seen + inclusive > index);
+      const int owner = __ffs(int(past)) - 1;
+      const int before = __shfl_sync(~0u, inclusive - tiles, owner);
+      const int owner_rows = __shfl_sync(~0u, rows, owner);
+      const int m_tiles = (owner_rows + kRows - 1) / kRows;
+      const int u = index - seen - before;
+      tile.group = base + owner;
+      tile.row0 = p.offsets[tile.group];
+      tile.padded = p.offsets[tile.group + 1] - tile.row0;
+      tile.rows = owner_rows;
+      tile.m0 = u % m_tiles * kRows;
+      tile.n0 = u / m_tiles * kTileN;
+      return true;
+    }
+    seen += total;
+  }
+  return false;
+}
+
+__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void barrier_init(std::uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void barrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(std::uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// A box of the 2-D tensor map at (x = K, y = row) into shared memory; completes bytes on bar.
+__device__ __forceinline__ void tma_load(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// WGMMA shared-memory descriptor of a K-major tile with 128-byte rows, 128-byte swizzle:
+// 8-row atoms of 1024 bytes one after another (stride byte offset 1024).
+__device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) {
+  return std::uint64_t((address & 0x3FFFF) >> 4) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
+         (std::uint64_t(1) << 62);
+}
+
+// Keeps the compiler from moving accesses of the accumulator registers across the async WGMMA.
+template <int kN>
+__device__ __forceinline__ void pin(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// d = a (64x32, K-major shared) x b (32xN, K-major shared), from zero; f32, N/2 registers.
+template <int kN>
+__device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b) {
+  if constexpr (kN == 128) {
+    asm volatile(
+        "{\n.reg .pred zero;\nsetp.ne.b32 zero, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, zero, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(0));
+  } else {
+    static_assert(kN == 64, "WGMMA N of 128 or 64");
+    asm volatile(
+        "{\n.reg .pred zero;\nsetp.ne.b32 zero, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, zero, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(0));
+  }
+}
+
+template <bool kChannel, int kRows>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
+  using S = Shape<kRows>;
+  constexpr int kStages = S::kStages, kStageBytes = S::kStageBytes, kCols = S::kWarpgroupCols;
+  extern __shared__ std::uint8_t smem_raw[];
+  // The swizzled tiles want 1024-byte alignment; barriers and the tile after them.
+  const std::uint32_t raw = smem_address(smem_raw);
+  std::uint8_t* smem = smem_raw + ((1024 - raw % 1024) % 1024);
+  const std::uint32_t tiles = smem_address(smem);
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + kStages * kStageBytes);
+  auto* shared_tile = reinterpret_cast<Tile*>(bars + 2 * kStages);
+  __shared__ int found;
+  const std::uint32_t full = smem_address(bars), empty = full + kStages * 8;
+
+  if (threadIdx.x < 32) {
+    Tile t{};
+    const bool ok = find_tile<kRows>(p, int(blockIdx.x), t);
+    if (threadIdx.x == 0) {
+      found = ok;
+      *shared_tile = t;
+      for (int s = 0; s < kStages; ++s) {
+        barrier_init(full + 8 * s, 1);
+        barrier_init(empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+  }
+  __syncthreads();
+  if (!found) return;
+  const Tile t = *shared_tile;
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int warpgroup = int(threadIdx.x / 128);
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x != 0) return;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const int s = kb % kStages;
+      barrier_wait(empty + 8 * s, ((kb / kStages) & 1) ^ 1);
+      barrier_expect_bytes(full + 8 * s, kStageBytes);
+      const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes);
+      tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, full + 8 * s);
+      tma_load(a + S::kTileABytes, &map_w, kb * kTileK, t.group * p.n + t.n0, full + 8 * s);
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  // Consumer c: 64 rows x kCols columns of the tile from (row_of(c), col_of(c)); this thread holds
+  // rows lo and lo + 8, and of each 8 columns the two at 2 * (lane % 4).
+  const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4, lane = int(threadIdx.x % 32);
+  const int lo = t.m0 + S::row_of(c) + warp * 16 + lane / 4, hi = lo + 8;
+  const int n_blocks = (p.n + kTileN - 1) / kTileN;
+  const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks;
+  const float* w_scale =
+      p.w_scales + std::size_t(t.group) * k_blocks * (kChannel ? p.n : n_blocks) + (kChannel ? 0 : t.n0 / kTileN);
+  auto scales = [&](int kb, float& s_lo, float& s_hi, float& s_w) {
+    s_lo = lo < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + lo) : 0.0f;
+    s_hi = hi < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + hi) : 0.0f;
+    s_w = kChannel ? 1.0f : __ldg(w_scale + std::size_t(kb) * n_blocks);
+  };
+  // Two part buffers: the WGMMA of one 32 of K runs while the one before is added. (Carrying the
+  // last one over into the next block makes ptxas serialize every WGMMA: it cannot see that the
+  // wait covers it across the loop.)
+  constexpr int kRegs = kCols / 2;
+  float acc[kRegs], part0[kRegs], part1[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+  auto issue = [&](float(&part)[kRegs], std::uint32_t a, std::uint32_t b, int j) {
+    pin(part);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_k32<kCols>(part, smem_descriptor(a + 32 * j), smem_descriptor(b + 32 * j));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  };
+  // Waits for the older WGMMA (into part; the last: for every one) and adds it; part[i]: row lo
+  // (i % 4 < 2) or hi, column 8 (i / 4) + 2 (lane % 4) + i % 2.
+  auto add = [&](float(&part)[kRegs], float s_lo, float s_hi, bool last) {
+    if (last) asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    else asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    pin(part);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] += kChannel ? part[i] : (i % 4 < 2 ? s_lo : s_hi) * part[i];
+  };
+  float next_lo, next_hi, next_w;
+  scales(0, next_lo, next_hi, next_w);
+  const float row_lo = next_lo, row_hi = next_hi;  // channel: a row's one scale
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = kb % kStages;
+    const float s_lo = next_lo * next_w, s_hi = next_hi * next_w;
+    if (!kChannel && kb + 1 < k_blocks) scales(kb + 1, next_lo, next_hi, next_w);
+    barrier_wait(full + 8 * s, (kb / kStages) & 1);
+    const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes + S::row_of(c) * kTileK);
+    const std::uint32_t b = tiles + std::uint32_t(s * kStageBytes + S::kTileABytes + S::col_of(c) * kTileK);
+    issue(part0, a, b, 0);
+    issue(part1, a, b, 1);
+    add(part0, s_lo, s_hi, false);
+    issue(part0, a, b, 2);
+    add(part1, s_lo, s_hi, false);
+    issue(part1, a, b, 3);
+    add(part0, s_lo, s_hi, false);
+    add(part1, s_lo, s_hi, true);
+    if (lane == 0) barrier_arrive(empty + 8 * s);
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = half == 0 ? lo : hi;
+    if (row >= t.rows) continue;
+    const float row_scale = half == 0 ? row_lo : row_hi;
+    const int col0 = t.n0 + S::col_of(c) + 2 * (lane % 4);
+    __nv_bfloat16* out = p.d + (std::size_t(t.row0) + row) * p.n + col0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int col = col0 + 8 * j;
+      if (col >= p.n) continue;
+      float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+      if (kChannel) {
+        v0 = v0 * row_scale * __ldg(w_scale + col);
+        v1 = v1 * row_scale * __ldg(w_scale + col + 1);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    MOEKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    require(found == cudaDriverEntryPointSuccess && f != nullptr, "CUDA driver: cuTensorMapEncodeTiled not found");
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  });
+  return fn;
+}
+
+// rows x k e4m3, row-major, read in boxes of box_rows x 128 (out-of-bounds reads give zeros).
+CUtensorMap tile_map(const void* base, std::int64_t rows, std::int64_t k, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(k)};
+  const cuuint32_t box[2] = {kTileK, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_function()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
+                                       box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, "FP8 WGMMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return map;
+}
+
+template <bool kChannel, int kRows>
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
+  using S = Shape<kRows>;
+  // At most this many tiles have rows: a row tile per kRows rows plus a partial one per group.
+  const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
+  if (rows == 0) return;
+  const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
+  const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
+  require(blocks < (std::int64_t(1) << 31), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           S::kSmemBytes));
+  });
+  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
+  const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
+  const Params p{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
+                 int(desc.groups), int(desc.n), int(desc.k)};
+  fp8_wgmma<kChannel, kRows><<<unsigned(blocks), kThreads, S::kSmemBytes, stream>>>(map_a, map_w, p);
+  MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
+}
+
+Status can_implement(const GroupedGemmDesc& desc) {
+  if (desc.groups * desc.n >= (std::int64_t(1) << 31))
+    return Status::no("groups x N: too many W rows for the tensor map, given " + std::to_string(desc.groups * desc.n));
+  return Status::ok();
+}
+
+}  // namespace
+
+#define MOEKIT_WGMMA_INSTANCE(NAME, CHANNEL, ROWS)                                                    \
+  std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                            \
+  Status NAME##_can_implement(const GroupedGemmDesc& desc) { return can_implement(desc); }           \
+  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) { \
+    run<CHANNEL, ROWS>(desc, args, stream);                                                          \
+  }
+MOEKIT_WGMMA_INSTANCE(fp8_block_wgmma128, false, 128)
+MOEKIT_WGMMA_INSTANCE(fp8_block_wgmma64, false, 64)
+MOEKIT_WGMMA_INSTANCE(fp8_channel_wgmma128, true, 128)
+MOEKIT_WGMMA_INSTANCE(fp8_channel_wgmma64, true, 64)
+#undef MOEKIT_WGMMA_INSTANCE
+
+}  // namespace moekit::cuda::sm90
