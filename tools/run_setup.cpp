@@ -18,6 +18,7 @@ auto as_usage(F&& f) {
 }
 
 MoEConfig apply_overrides(MoEConfig c, const Args& args) {
+  apply_accumulation(c, args);
   if (args.has("quant")) c.quant.scheme = as_usage([&] { return parse_quant_scheme(args.get("quant", ""), "--quant"); });
   const std::string format = args.get("scale-format", "f32");
   if (format != "f32" && format != "ue8m0")
@@ -55,6 +56,7 @@ void setup_from_file(const Args& args, RunSetup& s) {
   s.file = io::read_layer_file(args.get("inputs", ""));
   io::LayerFile& f = *s.file;
   s.config = f.config;
+  apply_accumulation(s.config, args);
   s.source = "file " + args.get("inputs", "");
   s.hidden = std::move(f.hidden);
   s.router_logits = std::move(f.router_logits);
@@ -91,6 +93,7 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.checkpoint = io::import_hf_layer(folder, layer, {ep_size, ep_rank});
   s.config = s.checkpoint->config;
+  apply_accumulation(s.config, args);
   s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
   s.weights = s.checkpoint->weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
@@ -120,12 +123,30 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) 
 
 }  // namespace
 
+void apply_accumulation(MoEConfig& c, const Args& args) {
+  const std::string v = args.get("fp8-accumulation", "exact");
+  if (v != "exact" && v != "fast")
+    throw UsageError("--fp8-accumulation: expected one of exact|fast, given '" + v + "'");
+  c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : Fp8Accumulation::exact;
+  as_usage([&] {
+    validate(c);
+    return 0;
+  });
+}
+
+Flag accumulation_flag() {
+  return {"fp8-accumulation", true,
+          "exact|fast: the CUDA FP8 GEMM1 sums at most 32 of K in the tensor core before f32 (exact, "
+          "default; meets DESIGN §8) or 128 (fast, as CUTLASS/DeepGEMM)"};
+}
+
 std::vector<Flag> problem_flags() {
   return {
       {"preset", true, "model preset (moekit presets)"},
       {"tokens", true, "number of tokens T"},
       {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: the preset's)"},
       {"scale-format", true, "f32|ue8m0: dynamic FP8 scales as any f32 or powers of two"},
+      accumulation_flag(),
       {"routing", true, "fused|external: the layer routes, or the caller does (default fused)"},
       {"backend", true, "auto|cpu|... (default auto; MOEKIT_BACKEND overrides auto)"},
       {"seed", true, "seed of the random weights and inputs (default 1)"},
@@ -137,11 +158,15 @@ std::vector<Flag> problem_flags() {
 
 MoEConfig config_from_args(const Args& args) {
   if (args.has("inputs")) {
-    const io::LayerFile f = io::read_layer_file(args.get("inputs", ""));
-    return f.config;
+    MoEConfig c = io::read_layer_file(args.get("inputs", "")).config;
+    apply_accumulation(c, args);
+    return c;
   }
-  if (args.has("checkpoint"))
-    return io::import_hf_layer(args.get("checkpoint", ""), int(args.get_int("layer", 0, 0, 100000)), {}).config;
+  if (args.has("checkpoint")) {
+    MoEConfig c = io::import_hf_layer(args.get("checkpoint", ""), int(args.get_int("layer", 0, 0, 100000)), {}).config;
+    apply_accumulation(c, args);
+    return c;
+  }
   if (!args.has("preset")) throw UsageError("give --preset NAME (see `moekit presets`) or --inputs FILE");
   const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
   return apply_overrides(preset.config, args);

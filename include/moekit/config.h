@@ -14,6 +14,13 @@ enum class QuantScheme : std::uint8_t { bf16, fp8_tensor, fp8_rowwise, fp8_block
 
 // How a dynamic FP8 scale is stored: any f32, or rounded up to a power of two (UE8M0).
 enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
+// How much of K an FP8 GEMM may sum inside the tensor core before f32 takes over (the CPU
+// backend always sums in f32). exact: at most 32 for GEMM1, whose bf16 output is requantized to
+// FP8 (a last-bit difference there can become a whole FP8 step): the CUDA layer then meets
+// DESIGN §8's 5e-3 against the pipeline reference. fast: 128, as CUTLASS's blockwise mainloop and
+// DeepGEMM do: faster for large batches, about 5.2e-3 from the reference on an H200. GEMM2, whose
+// output is the result, sums 128 in both.
+enum class Fp8Accumulation : std::uint8_t { exact, fast };
 
 enum class RoutingMethod : std::uint8_t {
   softmax_topk,
@@ -34,6 +41,7 @@ enum class WeightPlacement : std::uint8_t { output, input };
 std::string_view to_string(Activation v);
 std::string_view to_string(QuantScheme v);
 std::string_view to_string(ScaleFormat v);
+std::string_view to_string(Fp8Accumulation v);
 std::string_view to_string(RoutingMethod v);
 std::string_view to_string(WeightPlacement v);
 
@@ -62,6 +70,7 @@ struct RoutingConfig {
 struct QuantConfig {
   QuantScheme scheme = QuantScheme::bf16;
   ScaleFormat scale_format = ScaleFormat::f32;
+  Fp8Accumulation accumulation = Fp8Accumulation::exact;
   std::string to_string() const;
 };
 

@@ -61,6 +61,7 @@ std::string_view to_string(Activation v) { return enum_name(kActivations, v); }
 std::string_view to_string(QuantScheme v) { return enum_name(kQuantSchemes, v); }
 std::string_view to_string(RoutingMethod v) { return enum_name(kRoutingMethods, v); }
 std::string_view to_string(ScaleFormat v) { return v == ScaleFormat::f32 ? "f32" : "ue8m0"; }
+std::string_view to_string(Fp8Accumulation v) { return v == Fp8Accumulation::exact ? "exact" : "fast"; }
 std::string_view to_string(WeightPlacement v) {
   return v == WeightPlacement::output ? "output" : "input";
 }
@@ -96,6 +97,7 @@ std::string RoutingConfig::to_string() const {
 std::string QuantConfig::to_string() const {
   std::string s(moekit::to_string(scheme));
   if (scale_format == ScaleFormat::ue8m0) s += " (ue8m0 scales)";
+  if (accumulation == Fp8Accumulation::fast) s += " (fast accumulation)";
   return s;
 }
 
@@ -150,6 +152,8 @@ void validate(const MoEConfig& c) {
   }
   require(c.quant.scale_format == ScaleFormat::f32 || c.quant.scheme != QuantScheme::bf16,
           "scale_format: ue8m0 scales need an fp8 quant scheme, given bf16");
+  require(c.quant.accumulation == Fp8Accumulation::exact || c.quant.scheme != QuantScheme::bf16,
+          "accumulation: fast FP8 accumulation needs an fp8 quant scheme, given bf16");
   require(c.swiglu_limit > 0.0f,
           "swiglu_limit: expected > 0, given " + std::to_string(c.swiglu_limit));
 }

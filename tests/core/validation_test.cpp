@@ -66,6 +66,8 @@ INSTANTIATE_TEST_SUITE_P(
                    {"hidden_size", "16", "given 136"}},
         ConfigCase{"ue8m0_with_bf16", kBf16, [](MoEConfig& c) { c.quant.scale_format = ScaleFormat::ue8m0; },
                    {"scale_format", "bf16"}},
+        ConfigCase{"fast_accumulation_with_bf16", kBf16,
+                   [](MoEConfig& c) { c.quant.accumulation = Fp8Accumulation::fast; }, {"accumulation", "bf16"}},
         ConfigCase{"top1_sigmoid_with_k2", kBf16, [](MoEConfig& c) { c.routing.method = RoutingMethod::top1_sigmoid; },
                    {"top_k", "top1_sigmoid", "given 2"}},
         ConfigCase{"input_placement_with_k2", kBf16,

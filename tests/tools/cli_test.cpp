@@ -99,6 +99,22 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
 }
 
+TEST(ToolsCli, Fp8AccumulationIsExactOrFastAndNeedsAnFp8Scheme) {
+  const Result bad = moekit("run --preset qwen3-30b-a3b --tokens 1 --fp8-accumulation sloppy");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--fp8-accumulation: expected one of exact|fast, given 'sloppy'"), std::string::npos) << bad.err;
+  const Result bf16 = moekit("run --preset qwen3-30b-a3b --tokens 1 --quant bf16 --fp8-accumulation fast");
+  EXPECT_EQ(bf16.code, 2);
+  EXPECT_NE(bf16.err.find("accumulation: fast FP8 accumulation needs an fp8 quant scheme"), std::string::npos) << bf16.err;
+  const Result explained = moekit("explain --preset deepseek-v3 --fp8-accumulation fast");
+  EXPECT_EQ(explained.code, 0) << explained.err;
+  EXPECT_NE(explained.out.find("quant=fp8-block (fast accumulation)"), std::string::npos) << explained.out;
+  // The CPU backend always sums in f32: the choice changes nothing there.
+  const Result cpu = moekit("run --backend cpu --preset qwen3-30b-a3b --tokens 2 --fp8-accumulation fast --check");
+  EXPECT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("check: PASS"), std::string::npos) << cpu.out;
+}
+
 TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
   TempDir dir;
   const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 8 --runs 1 --json " + dir.file("b.json"));

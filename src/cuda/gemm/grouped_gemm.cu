@@ -44,6 +44,7 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_cooperative: return "128x128 cooperative";
     case GemmTile::m64_n128_pingpong: return "64x128 ping-pong";
     case GemmTile::rows8_warp_mma: return "warp mma 16 channels x 8 rows";
+    case GemmTile::m192_n128_wgmma: return "192x128 wgmma, f32 every 32 K";
     case GemmTile::m128_n128_wgmma: return "128x128 wgmma, f32 every 32 K";
     case GemmTile::m64_n128_wgmma: return "64x128 wgmma, f32 every 32 K";
   }
@@ -67,10 +68,17 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
   // Few rows per group (many experts): a 128-row tile would be mostly padding.
   const bool few = rows_per_group <= 64;
   const std::string tiles = few ? " <= 64: 64-row tiles waste less" : " > 64: 128-row tiles reuse W better";
-  // FP8 output that is requantized: moekit's WGMMA kernel, f32 every 32 of K.
+  // FP8 output that is requantized: moekit's WGMMA kernel, f32 every 32 of K. Its 192-row tiles
+  // fit a group's rows to 64 (idle warpgroups leave); past a few hundred rows per group the
+  // 128-row tiles, with two part buffers per warpgroup, are faster.
   if (desc.kind != GemmKind::bf16 && requantized) {
-    const GemmTile tile = few ? GemmTile::m64_n128_wgmma : GemmTile::m128_n128_wgmma;
-    if (cuda::can_implement(desc, {tile})) return {{tile}, rows + tiles + "; requantized next: f32 every 32 of K"};
+    const GemmTile tile = few                     ? GemmTile::m64_n128_wgmma
+                          : rows_per_group <= 384 ? GemmTile::m192_n128_wgmma
+                                                  : GemmTile::m128_n128_wgmma;
+    const std::string why = few                     ? tiles
+                            : rows_per_group <= 384 ? " in (64, 384]: 192-row tiles, fitted to 64 rows"
+                                                    : " > 384: 128-row tiles, two part buffers";
+    if (cuda::can_implement(desc, {tile})) return {{tile}, rows + why + "; requantized next: f32 every 32 of K"};
   }
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }

@@ -26,7 +26,8 @@ enum class GemmTile : std::uint8_t {
   m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
   m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups
   rows8_warp_mma,         // warps of mma.sync, 16 channels x 8 rows of a group: decode (fp8_block)
-  m128_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8)
+  m192_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8), 3 warpgroups
+  m128_n128_wgmma,        // the same, 128-row tiles, 2 warpgroups
   m64_n128_wgmma,         // the same with 64-row tiles: few rows per group
 };
 

@@ -8,11 +8,15 @@
 // enter the f32 accumulator times the two block scales right away, as the CPU GEMM sums them.
 //   1. block x: the x-th (group, row tile, 128-column tile) of the groups that have rows, in
 //      order, row tiles fastest (the tiles that share a W tile run side by side); one warp finds
-//      it. Row tiles of 128 (many rows per group) or 64 (few: less padding, half the MMAs)
+//      it. Row tiles of 192 (up to a few hundred rows per group: the last tile of a group fits
+//      its rows to 64 as its idle warpgroups leave), 128 (many rows: two warpgroups with two part
+//      buffers each) or 64 (few rows: half a 128-row tile's MMAs)
 //   2. warp 0 (producer): per 128 of K, TMA of the A tile (rows x 128) and the 128x128 W tile
-//      into one of the stages (128-byte swizzle), signalled by the stage's full barrier
-//   3. warpgroups 1 and 2 (consumers, 232 registers; the producer gives its own back): 64 rows x
-//      128 columns each (128-row tiles) or 64 rows x 64 columns (64-row tiles); per 32 of K one
+//      into one of the stages (128-byte swizzle), and with block scales the stage's A and W
+//      scales copied into shared memory (loaded a block ahead); the stage's full barrier says when
+//   3. the consumer warpgroups (the producer gives its registers to them): 64 rows x 128 columns
+//      each (192- and 128-row tiles: 3 and 2 warpgroups; those without rows leave) or 64 rows x 64
+//      columns (64-row tiles: 2); per 32 of K one
 //      WGMMA from zero, then in f32 acc += (a_scale * w_scale) *
 //      part (block scales) or acc += part (a row's and a channel's one scale, applied at the end as
 //      the CPU does); two part buffers, so that the next WGMMA runs while one is added; the stage
@@ -36,22 +40,33 @@ namespace {
 
 constexpr int kTileN = 128;
 constexpr int kTileK = 128;  // one scale block per stage
-constexpr int kConsumers = 2;  // warpgroups
-constexpr int kThreads = (1 + kConsumers) * 128;
 constexpr int kPipelineBytes = 192 * 1024;
 
-// A tile of kRows rows: what each consumer warpgroup takes, and the stages that fit.
+// A tile of kRows rows: the consumer warpgroups, what each takes, and the stages that fit.
 template <int kRows>
 struct Shape {
-  static_assert(kRows == 128 || kRows == 64, "row tiles of 128 or 64");
-  static constexpr int kWarpgroupCols = kRows == 128 ? 128 : 64;  // the WGMMA's N
+  static_assert(kRows == 192 || kRows == 128 || kRows == 64, "row tiles of 192, 128 or 64");
+  static constexpr int kConsumers = kRows == 192 ? 3 : 2;
+  static constexpr int kThreads = (1 + kConsumers) * 128;
+  static constexpr int kWarpgroupCols = kRows == 64 ? 64 : 128;  // the WGMMA's N
+  // Registers after setmaxnreg: the producer's go to the consumers. Three consumers have room
+  // for one part buffer, two for two.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 56 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 152 : 232;
+  static constexpr bool kTwoParts = kConsumers == 2;
   static constexpr int kTileABytes = kRows * kTileK;
   static constexpr int kStageBytes = kTileABytes + kTileN * kTileK;
   static constexpr int kStages = kPipelineBytes / kStageBytes;
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 32;
+  // Tiles, then the barriers, the tile's coordinates, and per stage kRows A scales and a W scale.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 32 + kStages * (kRows + 1) * 4;
   // Where warpgroup c's part of the tile starts.
-  static constexpr int row_of(int c) { return kRows == 128 ? c * 64 : 0; }
-  static constexpr int col_of(int c) { return kRows == 128 ? 0 : c * 64; }
+  static constexpr int row_of(int c) { return kRows == 64 ? 0 : c * 64; }
+  static constexpr int col_of(int c) { return kRows == 64 ? c * 64 : 0; }
+  // The consumers with rows to compute in a tile whose rows [m0, m0 + kRows) hold rows - m0 of the
+  // group's: the others leave at once (the busy ones then have the tensor core to themselves).
+  static __device__ int busy(int m0, int rows) {
+    return kRows == 64 ? kConsumers : min(kConsumers, (rows - m0 + 63) / 64);
+  }
 };
 
 static_assert(kBlock == kTileK, "a stage is one 128-K scale block");
@@ -199,7 +214,7 @@ __device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, s
 }
 
 template <bool kChannel, int kRows>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
     fp8_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
   using S = Shape<kRows>;
   constexpr int kStages = S::kStages, kStageBytes = S::kStageBytes, kCols = S::kWarpgroupCols;
@@ -210,6 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t tiles = smem_address(smem);
   auto* bars = reinterpret_cast<std::uint64_t*>(smem + kStages * kStageBytes);
   auto* shared_tile = reinterpret_cast<Tile*>(bars + 2 * kStages);
+  float* scale_a = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(bars + 2 * kStages) + 32);
+  float* scale_w = scale_a + kStages * kRows;
   __shared__ int found;
   const std::uint32_t full = smem_address(bars), empty = full + kStages * 8;
 
@@ -220,8 +237,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       found = ok;
       *shared_tile = t;
       for (int s = 0; s < kStages; ++s) {
-        barrier_init(full + 8 * s, 1);
-        barrier_init(empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+        barrier_init(full + 8 * s, kChannel ? 1 : 2);  // the TMA's bytes; and the block scales
+        barrier_init(empty + 8 * s, S::busy(t.m0, t.rows) * 4);  // one arrive per busy consumer warp
       }
       asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -230,36 +247,56 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (!found) return;
   const Tile t = *shared_tile;
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
-  const int warpgroup = int(threadIdx.x / 128);
+  const int n_blocks = (p.n + kTileN - 1) / kTileN;
+  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+  const float* w_scale =
+      p.w_scales + std::size_t(t.group) * k_blocks * (kChannel ? p.n : n_blocks) + (kChannel ? 0 : t.n0 / kTileN);
 
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x != 0) return;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
+    if (threadIdx.x >= 32) return;
+    // Warp 0: lane 0 issues the TMA; with block scales, the warp also copies the stage's scales
+    // into shared memory (loaded a block ahead), so that the consumers never wait on global loads.
+    const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
+    constexpr int kPerLane = kRows / 32;
+    float next_a[kPerLane], next_w = 0.0f;
+    auto load = [&](int kb) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int r = lane + 32 * i;
+        next_a[i] = t.m0 + r < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + r) : 0.0f;
+      }
+      next_w = __ldg(w_scale + std::size_t(kb) * n_blocks);
+    };
+    if (!kChannel) load(0);
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int s = kb % kStages;
       barrier_wait(empty + 8 * s, ((kb / kStages) & 1) ^ 1);
-      barrier_expect_bytes(full + 8 * s, kStageBytes);
-      const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes);
-      tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, full + 8 * s);
-      tma_load(a + S::kTileABytes, &map_w, kb * kTileK, t.group * p.n + t.n0, full + 8 * s);
+      if (lane == 0) {
+        barrier_expect_bytes(full + 8 * s, kStageBytes);
+        const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes);
+        tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, full + 8 * s);
+        tma_load(a + S::kTileABytes, &map_w, kb * kTileK, t.group * p.n + t.n0, full + 8 * s);
+      }
+      if (!kChannel) {
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) scale_a[s * kRows + lane + 32 * i] = next_a[i];
+        if (lane == 0) scale_w[s] = next_w;
+        if (kb + 1 < k_blocks) load(kb + 1);
+        __syncwarp();
+        if (lane == 0) barrier_arrive(full + 8 * s);
+      }
     }
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if (warpgroup - 1 >= S::busy(t.m0, t.rows)) return;
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters));
   // Consumer c: 64 rows x kCols columns of the tile from (row_of(c), col_of(c)); this thread holds
   // rows lo and lo + 8, and of each 8 columns the two at 2 * (lane % 4).
-  const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4, lane = int(threadIdx.x % 32);
-  const int lo = t.m0 + S::row_of(c) + warp * 16 + lane / 4, hi = lo + 8;
-  const int n_blocks = (p.n + kTileN - 1) / kTileN;
-  const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks;
-  const float* w_scale =
-      p.w_scales + std::size_t(t.group) * k_blocks * (kChannel ? p.n : n_blocks) + (kChannel ? 0 : t.n0 / kTileN);
-  auto scales = [&](int kb, float& s_lo, float& s_hi, float& s_w) {
-    s_lo = lo < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + lo) : 0.0f;
-    s_hi = hi < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + hi) : 0.0f;
-    s_w = kChannel ? 1.0f : __ldg(w_scale + std::size_t(kb) * n_blocks);
-  };
+  const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4;
+  const int local = S::row_of(c) + warp * 16 + lane / 4;  // row lo within the tile
+  const int lo = t.m0 + local, hi = lo + 8;
   // Two part buffers: the WGMMA of one 32 of K runs while the one before is added. (Carrying the
   // last one over into the next block makes ptxas serialize every WGMMA: it cannot see that the
   // wait covers it across the loop.)
@@ -282,24 +319,33 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] += kChannel ? part[i] : (i % 4 < 2 ? s_lo : s_hi) * part[i];
   };
-  float next_lo, next_hi, next_w;
-  scales(0, next_lo, next_hi, next_w);
-  const float row_lo = next_lo, row_hi = next_hi;  // channel: a row's one scale
+  // Channel: a row's one scale (repeated over the K blocks), applied at the end.
+  const float* row_scale = p.a_scales + std::size_t(t.row0) * k_blocks;
+  const float row_lo = kChannel && lo < t.padded ? __ldg(row_scale + lo) : 0.0f;
+  const float row_hi = kChannel && hi < t.padded ? __ldg(row_scale + hi) : 0.0f;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = kb % kStages;
-    const float s_lo = next_lo * next_w, s_hi = next_hi * next_w;
-    if (!kChannel && kb + 1 < k_blocks) scales(kb + 1, next_lo, next_hi, next_w);
     barrier_wait(full + 8 * s, (kb / kStages) & 1);
+    const float s_lo = kChannel ? 1.0f : scale_a[s * kRows + local] * scale_w[s];
+    const float s_hi = kChannel ? 1.0f : scale_a[s * kRows + local + 8] * scale_w[s];
     const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes + S::row_of(c) * kTileK);
     const std::uint32_t b = tiles + std::uint32_t(s * kStageBytes + S::kTileABytes + S::col_of(c) * kTileK);
-    issue(part0, a, b, 0);
-    issue(part1, a, b, 1);
-    add(part0, s_lo, s_hi, false);
-    issue(part0, a, b, 2);
-    add(part1, s_lo, s_hi, false);
-    issue(part1, a, b, 3);
-    add(part0, s_lo, s_hi, false);
-    add(part1, s_lo, s_hi, true);
+    if constexpr (S::kTwoParts) {
+      issue(part0, a, b, 0);
+      issue(part1, a, b, 1);
+      add(part0, s_lo, s_hi, false);
+      issue(part0, a, b, 2);
+      add(part1, s_lo, s_hi, false);
+      issue(part1, a, b, 3);
+      add(part0, s_lo, s_hi, false);
+      add(part1, s_lo, s_hi, true);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTileK / 32; ++j) {
+        issue(part0, a, b, j);
+        add(part0, s_lo, s_hi, true);
+      }
+    }
     if (lane == 0) barrier_arrive(empty + 8 * s);
   }
 
@@ -370,7 +416,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
   const Params p{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
                  int(desc.groups), int(desc.n), int(desc.k)};
-  fp8_wgmma<kChannel, kRows><<<unsigned(blocks), kThreads, S::kSmemBytes, stream>>>(map_a, map_w, p);
+  fp8_wgmma<kChannel, kRows><<<unsigned(blocks), S::kThreads, S::kSmemBytes, stream>>>(map_a, map_w, p);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
 }
 
@@ -388,8 +434,10 @@ Status can_implement(const GroupedGemmDesc& desc) {
   void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) { \
     run<CHANNEL, ROWS>(desc, args, stream);                                                          \
   }
+MOEKIT_WGMMA_INSTANCE(fp8_block_wgmma192, false, 192)
 MOEKIT_WGMMA_INSTANCE(fp8_block_wgmma128, false, 128)
 MOEKIT_WGMMA_INSTANCE(fp8_block_wgmma64, false, 64)
+MOEKIT_WGMMA_INSTANCE(fp8_channel_wgmma192, true, 192)
 MOEKIT_WGMMA_INSTANCE(fp8_channel_wgmma128, true, 128)
 MOEKIT_WGMMA_INSTANCE(fp8_channel_wgmma64, true, 64)
 #undef MOEKIT_WGMMA_INSTANCE

@@ -132,8 +132,9 @@ class Experts final : public core::ExpertsStage {
     const std::int64_t data_rows = p.tokens * config_.top_k();
     const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows, data_rows};
     const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, data_rows};
-    const bool fp8 = kind != GemmKind::bf16;  // GEMM1's output is requantized, GEMM2's is the result
-    return {{d1, choose_gemm_config(d1, per_group, fp8).config}, {d2, choose_gemm_config(d2, per_group, false).config}};
+    // GEMM1's output is requantized (FP8 schemes), GEMM2's is the result.
+    const bool exact = kind != GemmKind::bf16 && config_.quant.accumulation == Fp8Accumulation::exact;
+    return {{d1, choose_gemm_config(d1, per_group, exact).config}, {d2, choose_gemm_config(d2, per_group, false).config}};
   }
 
  private:
