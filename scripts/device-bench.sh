@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # moekit against the peers on a GPU machine, in one call: build (unless MOEKIT_PREBUILT has the
 # CLI), then per preset write one layer file (weights + T_max tokens, `moekit run --save-layer`)
-# and moekit's output on it, time moekit on its rows (`moekit bench --inputs ... --stages`), run
+# and moekit's output on it, time moekit on its rows (`moekit bench --inputs ... --stages`; again
+# with --fp8-accumulation fast, into the log), run
 # the PyTorch peers on the same file (bench/peers/moe_peers.py, each checked against moekit's
 # output), and print one table: case, moekit µs, each peer's µs, speedup, roofline efficiency.
 # Results go to $OUT (or ./device-out): moekit_<preset>.json, peers_<preset>.json, bench.png,
@@ -59,6 +60,10 @@ for preset in $presets; do
   else
     tail -n 20 "$logs/bench_$preset.err"; status=1
   fi
+  echo "== $preset: moekit bench, --fp8-accumulation fast (GEMM1 on CUTLASS too)"
+  "$cli" bench --inputs "$layer" --name "$preset" --tokens "$tokens" --fp8-accumulation fast \
+    --json "$work/moekit_fast_$preset.json" 2>"$logs/bench_fast_$preset.err" | tee "$logs/bench_fast_$preset.log" ||
+    status=1
   echo "== $preset: peers"
   if python3 "$root/bench/peers/moe_peers.py" --layer "$layer" --moekit-out "$work/$preset.out.safetensors" \
        --name "$preset" --tokens "$tokens" --json "$out/peers_$preset.json" 2>&1 | tee "$logs/peers_$preset.log"; then
