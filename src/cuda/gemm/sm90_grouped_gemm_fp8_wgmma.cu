@@ -407,11 +407,9 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
   const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
   require(blocks < (std::int64_t(1) << 31), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
-  static std::once_flag once;
-  std::call_once(once, [] {
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           S::kSmemBytes));
-  });
+  // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
+  MOEKIT_CUDA_CHECK(
+      cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
   const Params p{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
