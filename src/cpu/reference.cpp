@@ -147,33 +147,58 @@ void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
 std::vector<double> ideal_reference(const ReferenceInputs& in, const core::MasterWeights& master) {
   const MoEConfig& c = in.config;
   const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size, inter = c.intermediate_size;
+  const std::int64_t width = c.gemm1_width();
   const std::vector<Pair> pairs = local_pairs(in);
   const std::int64_t n_pairs = std::int64_t(pairs.size());
-  std::vector<double> y(std::size_t(n_pairs * h));
-  core::parallel_for(n_pairs, 1, [&](std::int64_t b, std::int64_t e) {
-    std::vector<double> x(static_cast<std::size_t>(h));
-    std::vector<double> row(std::size_t(std::max(h, inter)));
-    std::vector<double> g(std::size_t(c.gemm1_width()));
-    std::vector<double> act(static_cast<std::size_t>(inter));
-    for (std::int64_t p = b; p < e; ++p) {
-      const Pair& pr = pairs[std::size_t(p)];
-      const double scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
-      for (std::int64_t i = 0; i < h; ++i) x[std::size_t(i)] = bf16_to_float(in.hidden.ptr<bf16>()[pr.token * h + i]) * scale;
-      for (std::int64_t n = 0; n < c.gemm1_width(); ++n) {
-        master.row(core::Projection::w13, pr.expert, n, row.data());
-        double s = 0.0;
-        for (std::int64_t i = 0; i < h; ++i) s += x[std::size_t(i)] * row[std::size_t(i)];
-        g[std::size_t(n)] = s;
+  // Making a master row costs far more than a dot product with it: each row is made once and
+  // applied to every pair of its expert. Tasks: (expert with pairs, kRowsPerTask rows).
+  constexpr std::int64_t kRowsPerTask = 16;
+  std::vector<std::vector<std::int64_t>> of_expert(std::size_t(c.local_experts()));
+  for (std::int64_t p = 0; p < n_pairs; ++p) of_expert[std::size_t(pairs[std::size_t(p)].expert)].push_back(p);
+  std::vector<std::int64_t> busy;
+  for (std::size_t e = 0; e < of_expert.size(); ++e)
+    if (!of_expert[e].empty()) busy.push_back(std::int64_t(e));
+  auto by_rows = [&](core::Projection which, std::int64_t rows, std::int64_t length, const auto& dot_into) {
+    const std::int64_t chunks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+    core::parallel_for(std::int64_t(busy.size()) * chunks, 1, [&](std::int64_t b, std::int64_t e) {
+      std::vector<double> row(static_cast<std::size_t>(length));
+      for (std::int64_t task = b; task < e; ++task) {
+        const std::int64_t expert = busy[std::size_t(task / chunks)], n0 = task % chunks * kRowsPerTask;
+        for (std::int64_t n = n0; n < std::min(rows, n0 + kRowsPerTask); ++n) {
+          master.row(which, expert, n, row.data());
+          for (std::int64_t p : of_expert[std::size_t(expert)]) dot_into(p, n, row.data());
+        }
       }
+    });
+  };
+
+  // GEMM1 on the inputs (times the routing weight when it goes on the input), in f64.
+  std::vector<double> x(std::size_t(tokens * h));
+  for (std::int64_t i = 0; i < tokens * h; ++i) x[std::size_t(i)] = bf16_to_float(in.hidden.ptr<bf16>()[i]);
+  std::vector<double> g(std::size_t(n_pairs * width));
+  by_rows(core::Projection::w13, width, h, [&](std::int64_t p, std::int64_t n, const double* row) {
+    const Pair& pr = pairs[std::size_t(p)];
+    const double scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
+    const double* xt = x.data() + pr.token * h;
+    double s = 0.0;
+    for (std::int64_t i = 0; i < h; ++i) s += (xt[i] * scale) * row[i];
+    g[std::size_t(p * width + n)] = s;
+  });
+  std::vector<double> act(std::size_t(n_pairs * inter));
+  core::parallel_for(n_pairs, 64, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t p = b; p < e; ++p)
       for (std::int64_t i = 0; i < inter; ++i)
-        act[std::size_t(i)] = activation64(c, g[std::size_t(i)], c.gated() ? g[std::size_t(inter + i)] : 0.0);
-      for (std::int64_t n = 0; n < h; ++n) {
-        master.row(core::Projection::w2, pr.expert, n, row.data());
-        double s = 0.0;
-        for (std::int64_t i = 0; i < inter; ++i) s += act[std::size_t(i)] * row[std::size_t(i)];
-        y[std::size_t(p * h + n)] = s;
-      }
-    }
+        act[std::size_t(p * inter + i)] =
+            activation64(c, g[std::size_t(p * width + i)], c.gated() ? g[std::size_t(p * width + inter + i)] : 0.0);
+  });
+  g = {};
+  // GEMM2, then the weighted sum over each token's slots in slot order.
+  std::vector<double> y(std::size_t(n_pairs * h));
+  by_rows(core::Projection::w2, h, inter, [&](std::int64_t p, std::int64_t n, const double* row) {
+    const double* a = act.data() + p * inter;
+    double s = 0.0;
+    for (std::int64_t i = 0; i < inter; ++i) s += a[i] * row[i];
+    y[std::size_t(p * h + n)] = s;
   });
   std::vector<double> out(std::size_t(tokens * h), 0.0);
   for (std::int64_t p = 0; p < n_pairs; ++p) {
