@@ -153,14 +153,20 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
   }
 }
 
+// An fp8-block layer of 16 experts, k = 4, I = 256.
+LayerCase fp8_block_case(std::int64_t hidden, std::int64_t tokens) {
+  LayerCase c;
+  c.scheme = QuantScheme::fp8_block;
+  c.experts = 16, c.hidden = hidden, c.inter = 256, c.tokens = tokens, c.top_k = 4;
+  return c;
+}
+
 // Fast FP8 accumulation (GEMM1 also sums 128 of K in the tensor core, CUTLASS): within FP8 noise
 // of the reference but not within DESIGN's 5e-3 guarantee; exact is closer. H = 2048 makes the
 // difference show.
 TEST(CudaLayerAccumulation, FastStaysCloseAndExactIsCloser) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  LayerCase c;
-  c.scheme = QuantScheme::fp8_block;
-  c.experts = 16, c.hidden = 2048, c.inter = 256, c.tokens = 256, c.top_k = 4;
+  const LayerCase c = fp8_block_case(2048, 256);
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer lw = make_test_layer(c, seed);
@@ -181,9 +187,7 @@ TEST(CudaLayerAccumulation, FastStaysCloseAndExactIsCloser) {
 // The whole layer captured in a CUDA graph: replays give what a direct call gives.
 TEST(CudaLayerGraph, CaptureAndReplayMatchADirectCall) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  LayerCase c;
-  c.scheme = QuantScheme::fp8_block;
-  c.experts = 16, c.hidden = 256, c.inter = 256, c.tokens = 64, c.top_k = 4;
+  const LayerCase c = fp8_block_case(256, 64);
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer lw = make_test_layer(c, seed);
