@@ -158,15 +158,29 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   std::vector<std::int64_t> busy;
   for (std::size_t e = 0; e < of_expert.size(); ++e)
     if (!of_expert[e].empty()) busy.push_back(std::int64_t(e));
-  auto by_rows = [&](core::Projection which, std::int64_t rows, std::int64_t length, const auto& dot_into) {
+  // out[p * rows + n] = sum_i (input_p[i] * scale_p) * row_n[i] in ascending i, for every pair p of
+  // row n's expert; four pairs at a time (independent sums the CPU overlaps, each in the same
+  // order as alone).
+  auto by_rows = [&](core::Projection which, std::int64_t rows, std::int64_t length, const auto& input,
+                     std::vector<double>& out) {
     const std::int64_t chunks = (rows + kRowsPerTask - 1) / kRowsPerTask;
     core::parallel_for(std::int64_t(busy.size()) * chunks, 1, [&](std::int64_t b, std::int64_t e) {
       std::vector<double> row(static_cast<std::size_t>(length));
       for (std::int64_t task = b; task < e; ++task) {
         const std::int64_t expert = busy[std::size_t(task / chunks)], n0 = task % chunks * kRowsPerTask;
+        const std::vector<std::int64_t>& of = of_expert[std::size_t(expert)];
         for (std::int64_t n = n0; n < std::min(rows, n0 + kRowsPerTask); ++n) {
           master.row(which, expert, n, row.data());
-          for (std::int64_t p : of_expert[std::size_t(expert)]) dot_into(p, n, row.data());
+          for (std::size_t j = 0; j < of.size(); j += 4) {
+            const double* v[4];
+            double scale[4], sum[4] = {0.0, 0.0, 0.0, 0.0};
+            for (std::size_t r = 0; r < 4; ++r) input(of[std::min(j + r, of.size() - 1)], v[r], scale[r]);
+            for (std::int64_t i = 0; i < length; ++i) {
+              const double w = row[std::size_t(i)];
+              for (int r = 0; r < 4; ++r) sum[r] += (v[r][i] * scale[r]) * w;
+            }
+            for (std::size_t r = 0; r < 4 && j + r < of.size(); ++r) out[std::size_t(of[j + r] * rows + n)] = sum[r];
+          }
         }
       }
     });
@@ -176,14 +190,14 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   std::vector<double> x(std::size_t(tokens * h));
   for (std::int64_t i = 0; i < tokens * h; ++i) x[std::size_t(i)] = bf16_to_float(in.hidden.ptr<bf16>()[i]);
   std::vector<double> g(std::size_t(n_pairs * width));
-  by_rows(core::Projection::w13, width, h, [&](std::int64_t p, std::int64_t n, const double* row) {
-    const Pair& pr = pairs[std::size_t(p)];
-    const double scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
-    const double* xt = x.data() + pr.token * h;
-    double s = 0.0;
-    for (std::int64_t i = 0; i < h; ++i) s += (xt[i] * scale) * row[i];
-    g[std::size_t(p * width + n)] = s;
-  });
+  by_rows(
+      core::Projection::w13, width, h,
+      [&](std::int64_t p, const double*& v, double& scale) {
+        const Pair& pr = pairs[std::size_t(p)];
+        v = x.data() + pr.token * h;
+        scale = weights_on_input(c) ? in.topk_weights.ptr<float>()[pr.token] : 1.0;
+      },
+      g);
   std::vector<double> act(std::size_t(n_pairs * inter));
   core::parallel_for(n_pairs, 64, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t p = b; p < e; ++p)
@@ -194,12 +208,13 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   g = {};
   // GEMM2, then the weighted sum over each token's slots in slot order.
   std::vector<double> y(std::size_t(n_pairs * h));
-  by_rows(core::Projection::w2, h, inter, [&](std::int64_t p, std::int64_t n, const double* row) {
-    const double* a = act.data() + p * inter;
-    double s = 0.0;
-    for (std::int64_t i = 0; i < inter; ++i) s += a[i] * row[i];
-    y[std::size_t(p * h + n)] = s;
-  });
+  by_rows(
+      core::Projection::w2, h, inter,
+      [&](std::int64_t p, const double*& v, double& scale) {
+        v = act.data() + p * inter;
+        scale = 1.0;
+      },
+      y);
   std::vector<double> out(std::size_t(tokens * h), 0.0);
   for (std::int64_t p = 0; p < n_pairs; ++p) {
     const Pair& pr = pairs[std::size_t(p)];
