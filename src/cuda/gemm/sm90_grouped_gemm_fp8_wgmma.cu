@@ -1,11 +1,12 @@
-// Grouped GEMM instances: fp8_block and fp8_channel, m128_n128_wgmma and m64_n128_wgmma (see
-// sm90_grouped_gemm_instances.h). moekit's own Hopper kernel for FP8 beyond decode sizes: TMA +
-// WGMMA, warp-specialized, and exact where CUTLASS 4.2 is not. The tensor core adds a WGMMA's products into a nonzero
-// accumulator with about 14 bits kept; CUTLASS's blockwise mainloop lets it sum 128 of K that way
-// before the f32 promotion (it cannot promote more often), and after the bf16 rounding and the FP8
-// requantization of GEMM1's output that moves the layer 5.2e-3 from the CPU pipeline reference
-// (DESIGN §8 allows 5e-3). Here every WGMMA starts from zero and sums only 32 products, which
-// enter the f32 accumulator times the two block scales right away, as the CPU GEMM sums them.
+// Grouped GEMM instances: fp8_block and fp8_channel with m192_n128_wgmma, m128_n128_wgmma and
+// m64_n128_wgmma (see sm90_grouped_gemm_instances.h). moekit's own Hopper kernel for FP8 GEMMs
+// whose output is requantized (GEMM1): TMA + WGMMA, warp-specialized, closer to the CPU's f32
+// sums than CUTLASS 4.2. A WGMMA sums its products at reduced precision (about 4e-4 from f32 at
+// the GEMM output even for one 32-wide K step), and CUTLASS's blockwise mainloop adds three more
+// WGMMAs into that accumulator per 128 of K before the f32 promotion (6.4e-4); after GEMM1's bf16
+// rounding and the FP8 requantization that puts the layer at 5.2e-3 from the CPU pipeline
+// reference (DESIGN §8 allows 5e-3; here 3-4.3e-3). So every WGMMA here starts from zero, sums 32
+// of K, and enters the f32 accumulator times the block scales at once (docs/PERF.md).
 //   1. block x: the x-th (group, row tile, 128-column tile) of the groups that have rows, in
 //      order, row tiles fastest (the tiles that share a W tile run side by side); one warp finds
 //      it. Row tiles of 192 (up to a few hundred rows per group: the last tile of a group fits
@@ -16,11 +17,10 @@
 //      scales copied into shared memory (loaded a block ahead); the stage's full barrier says when
 //   3. the consumer warpgroups (the producer gives its registers to them): 64 rows x 128 columns
 //      each (192- and 128-row tiles: 3 and 2 warpgroups; those without rows leave) or 64 rows x 64
-//      columns (64-row tiles: 2); per 32 of K one
-//      WGMMA from zero, then in f32 acc += (a_scale * w_scale) *
-//      part (block scales) or acc += part (a row's and a channel's one scale, applied at the end as
-//      the CPU does); two part buffers, so that the next WGMMA runs while one is added; the stage
-//      goes back through its empty barrier once its four WGMMAs are done
+//      columns (64-row tiles: 2); per 32 of K one WGMMA from zero, then in f32
+//      acc += (a_scale * w_scale) * part (block scales) or acc += part (a row's and a channel's
+//      one scale, applied at the end as the CPU does); with two part buffers the next WGMMA runs
+//      while one is added; the stage goes back through its empty barrier once its WGMMAs are done
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
 #include <cuda.h>
 #include <cudaTypedefs.h>
