@@ -131,8 +131,12 @@ class Layer {
   // call in a CUDA graph only after reserve() (or an uncaptured call) for at least its T.
   void forward(const FusedArgs& args, Stream stream = nullptr);
   void forward(const ExternalArgs& args, Stream stream = nullptr);
-  // Allocates the buffers for calls of up to max_tokens tokens now.
+  // Allocates the buffers for calls of up to max_tokens tokens now. With expert parallelism
+  // what arrives depends on the other ranks: the buffers then hold calls in which no rank has
+  // more than max_tokens tokens (fixed capacity: any call).
   void reserve(std::int64_t max_tokens);
+  // Bytes the layer holds for its calls' intermediates, on its device (the weights not counted).
+  std::size_t workspace_bytes() const;
 
   const MoEConfig& config() const;
   const BackendSelection& selection() const;

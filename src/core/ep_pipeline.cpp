@@ -152,6 +152,24 @@ EpPipeline::Buffers EpPipeline::buffers_for(const Sizes& s) {
   return carve(c, s);
 }
 
+void EpPipeline::reserve(std::int64_t max_tokens) {
+  const std::int64_t ep = config_.ep_size, k = config_.top_k(), capacity = options_.capacity;
+  Sizes s;
+  s.tokens = max_tokens;
+  if (capacity > 0) {
+    // Fixed blocks: capacity records to and from every rank, every slot position back (exact).
+    s.sent = s.received = ep * capacity;
+    s.rows_back = combine_ == EpCombine::exact ? ep * capacity * k : ep * capacity;
+  } else {
+    // At most one record per (token, rank), from each of the ep ranks; exact returns a row per
+    // owned slot, partial one per record.
+    s.sent = max_tokens * std::min(k, ep);
+    s.received = ep * max_tokens;
+    s.rows_back = combine_ == EpCombine::exact ? max_tokens * k : s.sent;
+  }
+  buffers_for(s);
+}
+
 // recv_counts_[s] = records rank s sends here: every rank's send counts, gathered.
 void EpPipeline::exchange_counts(Stream stream) {
   const std::size_t ep = std::size_t(config_.ep_size), me = std::size_t(config_.ep_rank);

@@ -31,6 +31,10 @@ class EpPipeline {
   void run(const StageProblem& problem, const TensorView& hidden, const TensorView& topk_ids,
            const TensorView& topk_weights, const TensorView& out, Stream stream);
 
+  // Buffers for calls in which no rank has more than max_tokens tokens (fixed capacity: any).
+  void reserve(std::int64_t max_tokens);
+  std::size_t buffer_bytes() const { return buffer_size_; }
+
   EpCombine combine() const { return combine_; }
   const EpStats& stats() const { return stats_; }
 

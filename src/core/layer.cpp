@@ -150,6 +150,11 @@ void Layer::forward(const ExternalArgs& args, Stream stream) {
 void Layer::reserve(std::int64_t max_tokens) {
   require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
   impl_->buffers_for(impl_->problem(max_tokens));
+  if (impl_->ep) impl_->ep->reserve(max_tokens);
+}
+
+std::size_t Layer::workspace_bytes() const {
+  return impl_->buffer_size + (impl_->ep ? impl_->ep->buffer_bytes() : 0);
 }
 
 const MoEConfig& Layer::config() const { return impl_->config; }

@@ -16,8 +16,14 @@ TEST(CoreLayerReserve, ReservedLayerGivesTheSameOutput) {
   const Inputs in = make_inputs(c, lw, seed);
   Layer fresh(config_of(c), lw.weights());
   Layer reserved(config_of(c), lw.weights());
+  EXPECT_EQ(reserved.workspace_bytes(), 0u) << "nothing before the first call or reserve";
   reserved.reserve(100);
+  const std::size_t bytes = reserved.workspace_bytes();
+  EXPECT_GT(bytes, 0u);
   EXPECT_EQ(bit_differences(run_external(fresh, in.hidden, in.routing), run_external(reserved, in.hidden, in.routing)), 0);
+  EXPECT_EQ(reserved.workspace_bytes(), bytes) << "a call within the reservation allocates nothing";
+  EXPECT_GT(fresh.workspace_bytes(), 0u);
+  EXPECT_LT(fresh.workspace_bytes(), bytes) << "a call of 9 tokens takes less than a reservation of 100";
 }
 
 TEST(CoreLayerReserve, NegativeCountIsAnError) {

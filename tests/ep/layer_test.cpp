@@ -317,6 +317,38 @@ TEST_P(EpLayerScheme, RepeatedCallsGrowAndShrinkTheBuffers) {
   }
 }
 
+// Layer::reserve with EP: the dispatch and combine buffers too, for the worst routing (every
+// token of every rank to one rank's experts), exact and partial combine, with and without fixed
+// capacity; calls within the reservation allocate nothing.
+TEST_P(EpLayerScheme, ReserveSizesTheExchangeBuffersToo) {
+  const MoEConfig config = make_config(RoutingMethod::external, GetParam());
+  const std::uint64_t seed = shared_seed();
+  const core::SyntheticLayer local = core::make_synthetic_layer(on_this_rank(config), seed);
+  for (EpCombine combine : {EpCombine::exact, EpCombine::partial})
+    for (std::int64_t capacity : {0, 16}) {
+      SCOPED_TRACE(std::string(combine == EpCombine::exact ? "exact" : "partial") + " capacity " +
+                   std::to_string(capacity));
+      LayerOptions lo;
+      lo.comm = &world();
+      lo.ep.combine = combine;
+      lo.ep.capacity = capacity;
+      Layer layer(on_this_rank(config), local.weights(), lo);
+      layer.reserve(16);
+      const std::size_t reserved = layer.workspace_bytes();
+      for (const RoutingMaker& routing : {RoutingMaker(any_experts), RoutingMaker(last_ranks_experts)}) {
+        EpCase c;
+        c.config = config;
+        c.tokens = tokens_by_rank({16, 16, 16, 16});
+        c.routing = routing;
+        EpRunner runner(c, seed);
+        const EpResult r = runner.run(layer);
+        if (combine == EpCombine::exact) EXPECT_TRUE(same_bits(r));
+        else EXPECT_LE(rel_err(r), 5e-3) << "seed " << r.seed;
+        EXPECT_EQ(layer.workspace_bytes(), reserved) << "a call within the reservation allocates nothing";
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryScheme, EpLayerScheme,
                          ::testing::Values(QuantScheme::bf16, QuantScheme::fp8_tensor, QuantScheme::fp8_rowwise,
                                            QuantScheme::fp8_block),
