@@ -18,16 +18,12 @@ auto as_usage(F&& f) {
 }
 
 MoEConfig apply_overrides(MoEConfig c, const Args& args) {
-  apply_accumulation(c, args);
   if (args.has("quant")) c.quant.scheme = as_usage([&] { return parse_quant_scheme(args.get("quant", ""), "--quant"); });
   const std::string format = args.get("scale-format", "f32");
   if (format != "f32" && format != "ue8m0")
     throw UsageError("--scale-format: expected one of f32|ue8m0, given '" + format + "'");
   c.quant.scale_format = format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32;
-  as_usage([&] {
-    validate(c);
-    return 0;
-  });
+  apply_accumulation(c, args);  // validates
   return c;
 }
 

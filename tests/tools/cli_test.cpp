@@ -106,6 +106,9 @@ TEST(ToolsCli, Fp8AccumulationIsExactOrFastAndNeedsAnFp8Scheme) {
   const Result bf16 = moekit("run --preset qwen3-30b-a3b --tokens 1 --quant bf16 --fp8-accumulation fast");
   EXPECT_EQ(bf16.code, 2);
   EXPECT_NE(bf16.err.find("accumulation: fast FP8 accumulation needs an fp8 quant scheme"), std::string::npos) << bf16.err;
+  // The choice is checked against the quant the flags give, not the preset's (gpt-oss-120b: bf16).
+  const Result requantized = moekit("explain --preset gpt-oss-120b --quant fp8-rowwise --fp8-accumulation fast");
+  EXPECT_EQ(requantized.code, 0) << requantized.err;
   const Result explained = moekit("explain --preset deepseek-v3 --fp8-accumulation fast");
   EXPECT_EQ(explained.code, 0) << explained.err;
   EXPECT_NE(explained.out.find("quant=fp8-block (fast accumulation)"), std::string::npos) << explained.out;
