@@ -24,23 +24,9 @@ mkdir -p "$logs"
 export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv 2>&1
 
-if [ -n "${MOEKIT_PREBUILT:-}" ] && [ -x "$MOEKIT_PREBUILT/moekit" ]; then
-  cli="$MOEKIT_PREBUILT/moekit"
-else
-  build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
-  args=(-DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=OFF)
-  [ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
-  command -v ninja >/dev/null && args+=(-G Ninja)
-  start=$(date +%s)
-  if ! cmake -S "$root" -B "$build" "${args[@]}" >"$logs/cmake.log" 2>&1 ||
-     ! cmake --build "$build" -j 16 --target moekit_cli >"$logs/build.log" 2>&1; then
-    tail -n 40 "$logs/cmake.log" "$logs/build.log" 2>/dev/null
-    echo "BUILD FAILED"
-    exit 1
-  fi
-  echo "built in $(( $(date +%s) - start )) s"
-  cli="$build/moekit"
-fi
+# shellcheck source=scripts/device-cli.sh
+source "$root/scripts/device-cli.sh"
+find_cli "$root" "$logs"
 
 status=0
 moekit_json=(); peer_json=()

@@ -19,22 +19,9 @@ tokens="${MOEKIT_CHECK_TOKENS:-64}"
 limit="${MOEKIT_CHECK_TIMEOUT:-420}"
 read -r -a flags <<<"${MOEKIT_CHECK_FLAGS:-}"
 
-if [ -n "${MOEKIT_PREBUILT:-}" ] && [ -x "$MOEKIT_PREBUILT/moekit" ]; then
-  [ -d "$MOEKIT_PREBUILT/lib" ] && export LD_LIBRARY_PATH="$MOEKIT_PREBUILT/lib:${LD_LIBRARY_PATH:-}"
-  cli="$MOEKIT_PREBUILT/moekit"
-else
-  build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
-  args=(-DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=OFF)
-  [ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
-  command -v ninja >/dev/null && args+=(-G Ninja)
-  if ! cmake -S "$root" -B "$build" "${args[@]}" >"$out/build.log" 2>&1 ||
-     ! cmake --build "$build" -j 16 --target moekit_cli >>"$out/build.log" 2>&1; then
-    tail -n 40 "$out/build.log"
-    echo "BUILD FAILED"
-    exit 1
-  fi
-  cli="$build/moekit"
-fi
+# shellcheck source=scripts/device-cli.sh
+source "$root/scripts/device-cli.sh"
+find_cli "$root" "$out"
 
 # preset:quant:T, the large runs first; every preset with its default quant and the others its
 # shapes allow (gpt-oss-120b: I % 128 != 0, no fp8-block).
