@@ -14,12 +14,30 @@ namespace {
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxRowwiseWidth = 48 * 1024;  // the row stays in shared memory as f32
 
-template <Emit kEmit>
+template <Emit kEmit, Activation kAct>
 void launch_groups(const ActParams& kp, cudaStream_t stream) {
   // A warp per row, 8 warps per block, a few waves of resident blocks at most.
   const unsigned blocks = grid_size(kp.max_rows, kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
-  activate_groups<kEmit><<<blocks, kThreads, 0, stream>>>(kp);
+  activate_groups<kEmit, kAct><<<blocks, kThreads, 0, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("activate_groups");
+}
+
+template <Emit kEmit>
+void launch_groups(const ActParams& kp, cudaStream_t stream) {
+  switch (kp.act) {
+    case Activation::silu_and_mul: launch_groups<kEmit, Activation::silu_and_mul>(kp, stream); break;
+    case Activation::gelu_and_mul: launch_groups<kEmit, Activation::gelu_and_mul>(kp, stream); break;
+    case Activation::swiglu_oai: launch_groups<kEmit, Activation::swiglu_oai>(kp, stream); break;
+    case Activation::relu2: launch_groups<kEmit, Activation::relu2>(kp, stream); break;
+  }
+}
+
+template <Activation kAct>
+void launch_rows(const ActParams& kp, std::size_t shared, cudaStream_t stream) {
+  if (shared > 48 * 1024)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(activate_rows<kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  activate_rows<kAct><<<grid_size(kp.max_rows, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("activate_rows");
 }
 
 }  // namespace
@@ -95,10 +113,12 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
       break;
     case QuantScheme::fp8_rowwise: {
       const std::size_t shared = std::size_t(p.intermediate) * sizeof(float);
-      if (shared > 48 * 1024)
-        MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(activate_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-      activate_rows<<<grid_size(max_rows, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, s>>>(kp);
-      MOEKIT_CUDA_CHECK_LAUNCH("activate_rows");
+      switch (p.activation) {
+        case Activation::silu_and_mul: launch_rows<Activation::silu_and_mul>(kp, shared, s); break;
+        case Activation::gelu_and_mul: launch_rows<Activation::gelu_and_mul>(kp, shared, s); break;
+        case Activation::swiglu_oai: launch_rows<Activation::swiglu_oai>(kp, shared, s); break;
+        case Activation::relu2: launch_rows<Activation::relu2>(kp, shared, s); break;
+      }
       break;
     }
   }

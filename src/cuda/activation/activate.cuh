@@ -36,44 +36,72 @@ struct ActParams {
 };
 
 // The scalar functions of cpu/activation.cpp, rounding every step as it does (no FMA).
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float gelu(float x) {
   return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752f))));
-}
-__device__ __forceinline__ float swiglu_oai(float gate, float up, float alpha, float limit) {
-  gate = fminf(gate, limit);
-  up = up < -limit ? -limit : (limit < up ? limit : up);  // std::clamp: NaN passes through
-  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(__fmul_rn(-alpha, gate)))), __fadd_rn(up, 1.0f));
 }
 __device__ __forceinline__ float relu2(float x) {
   const float r = fmaxf(x, 0.0f);
   return __fmul_rn(r, r);
 }
 
-// Outputs [col, col + 8) of a row.
+// n[i] / (1 + e^z[i]) for 8 values: silu's x / (1 + e^-x) and swiglu_oai's gate·σ(alpha·gate).
+// The quotients of IEEE division: for z < 64 the denominator lies in [1, 2^93) and, n being a
+// bf16 value (or the clamp limit), the quotient is 0, n / 2 exactly (|z| < 2^-25: e^z rounds to
+// 1), or above 2^-100, so divide_steps gives __fdiv_rn's result without its range check; a
+// larger z (or NaN) anywhere among the 8 takes __fdiv_rn for all of them.
+__device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], const float (&z)[8], float (&out)[8]) {
+  float d[8];
+  bool steps = true;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    d[i] = __fadd_rn(1.0f, expf(z[i]));
+    steps &= z[i] < 64.0f;
+  }
+  if (steps) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = divide_steps(n[i], d[i], refined_reciprocal(d[i]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __fdiv_rn(n[i], d[i]);
+  }
+}
+
+// Outputs [col, col + 8) of a row. The activation is a template argument: each kernel holds one
+// function's code (a runtime switch kept all four live, and their constants in registers).
+template <Activation kAct>
 __device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* row, int col, float (&out)[8]) {
   float gate[8];
   unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + col)), gate);
-  if (p.act == Activation::relu2) {
+  if constexpr (kAct == Activation::relu2) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = relu2(gate[i]);
-    return;
-  }
-  float up[8];
-  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + p.inter + col)), up);
-  switch (p.act) {
-    case Activation::gelu_and_mul:
+  } else {
+    float up[8];
+    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + p.inter + col)), up);
+    if constexpr (kAct == Activation::gelu_and_mul) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(gelu(gate[i]), up[i]);
-      break;
-    case Activation::swiglu_oai:
+    } else if constexpr (kAct == Activation::swiglu_oai) {
+      // gate clamped to <= limit, up to [-limit, limit] (std::clamp: NaN passes through);
+      // out = gate·σ(alpha·gate)·(up + 1).
+      float z[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = swiglu_oai(gate[i], up[i], p.alpha, p.limit);
-      break;
-    default:
+      for (int i = 0; i < 8; ++i) {
+        gate[i] = fminf(gate[i], p.limit);
+        up[i] = up[i] < -p.limit ? -p.limit : (p.limit < up[i] ? p.limit : up[i]);
+        z[i] = __fmul_rn(-p.alpha, gate[i]);
+      }
+      divide_by_one_plus_exp(gate, z, out);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(silu(gate[i]), up[i]);
-      break;
+      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], __fadd_rn(up[i], 1.0f));
+    } else {  // silu(gate)·up
+      float z[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) z[i] = -gate[i];
+      divide_by_one_plus_exp(gate, z, out);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], up[i]);
+    }
   }
 }
 
@@ -90,7 +118,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 
 // A warp per row (grid-stride): the row is located once; its 128-column groups go two at a time
 // (a half warp each), kUnroll pairs in flight.
-template <Emit kEmit>
+template <Emit kEmit, Activation kAct>
 __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
   constexpr int kUnroll = 2;
   __shared__ float reduce[32];
@@ -102,6 +130,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
     tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = tensor_scale;
   }
+  const ScaleDivision tensor_division(tensor_scale);
   float running_max = 0.0f;
   for (int row = warp; row < p.max_rows; row += warps) {
     const RowInfo info = locate_row(p.rows, row);
@@ -114,7 +143,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
       for (int u = 0; u < kUnroll; ++u) {
         const int col = (g0 + 2 * u + half) * 128 + sub * 8;
         if (token && col < p.inter) {
-          activate8(p, in, col, x[u]);
+          activate8<kAct>(p, in, col, x[u]);
         } else {
 #pragma unroll
           for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
@@ -139,7 +168,8 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
           *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
           continue;
         }
-        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], scale) : make_uint2(0, 0);
+        const ScaleDivision division = kEmit == Emit::group_fp8 ? ScaleDivision(scale) : tensor_division;
+        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], division) : make_uint2(0, 0);
         if (kEmit == Emit::group_fp8 && sub == 0)
           p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
       }
@@ -152,6 +182,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
 }
 
 // fp8-rowwise: a block per row; the activated row waits in shared memory for its scale.
+template <Activation kAct>
 __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
   extern __shared__ float4 shared4[];
   float* act = reinterpret_cast<float*>(shared4);  // [I]
@@ -168,17 +199,18 @@ __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
     float m = 0.0f;
     for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
       float x[8];
-      activate8(p, p.in + std::int64_t(row) * p.in_width, c, x);
+      activate8<kAct>(p, p.in + std::int64_t(row) * p.in_width, c, x);
 #pragma unroll
       for (int i = 0; i < 8; ++i) m = amax_step(m, x[i]);
       reinterpret_cast<float4*>(act + c)[0] = make_float4(x[0], x[1], x[2], x[3]);
       reinterpret_cast<float4*>(act + c)[1] = make_float4(x[4], x[5], x[6], x[7]);
     }
     const float scale = fp8_scale(block_max(m, reduce), p.ue8m0);
+    const ScaleDivision division(scale);
     for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
       const float4 a = reinterpret_cast<const float4*>(act + c)[0], b = reinterpret_cast<const float4*>(act + c)[1];
       const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      *reinterpret_cast<uint2*>(q + c) = quantize8(x, scale);
+      *reinterpret_cast<uint2*>(q + c) = quantize8(x, division);
     }
     if (threadIdx.x == 0) p.scales[row] = scale;
     __syncthreads();  // the row buffer is refilled for the next row

@@ -50,20 +50,64 @@ __device__ __forceinline__ std::uint16_t fp8x2(float lo, float hi) {
   return std::uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
 }
 
-// q[i] = fp8(x[i] / scale) for 8 values, packed low byte first. IEEE division, as the CPU.
-__device__ __forceinline__ uint2 quantize8(const float (&x)[8], float scale) {
+// ---- division by IEEE's steps ----------------------------------------------------------
+// __fdiv_rn(a, b) checks its operands' range (FCHK, a branch) and then runs its fast path:
+// y = rcp.approx(b) refined by one Newton step, q = a·y, one correction with the exact residual
+// a − b·q. Where the caller knows the range, the steps alone give the same quotient at 6 FMA-pipe
+// instructions and no branch; where b is shared, its reciprocal is made once. The steps are
+// exact for 2^-100 <= b <= 2^100 and a quotient >= 2^-100 (or a zero a, whose sign copysign
+// keeps). tests/cuda/division_test.cu compares them with __fdiv_rn on random and edge values.
+
+// y ≈ 1/b as __fdiv_rn makes it.
+__device__ __forceinline__ float refined_reciprocal(float b) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(b));
+  return __fmaf_rn(y, __fmaf_rn(-b, y, 1.0f), y);
+}
+
+// a / b from y = refined_reciprocal(b).
+__device__ __forceinline__ float divide_steps(float a, float b, float y) {
+  const float q = __fmul_rn(a, y);
+  return copysignf(__fmaf_rn(y, __fmaf_rn(-b, q, a), q), a);
+}
+
+// x / scale for many x and one scale (a quantization group's), bit for bit __fdiv_rn(x, scale)
+// where |x / scale| >= 2^-100; a smaller quotient (|x| < 2^-58 for any dynamic scale) gets
+// FP8 code ±0 either way, with x's sign. Scales outside [2^-100, 2^100] (an infinite amax) divide.
+class ScaleDivision {
+ public:
+  __device__ explicit ScaleDivision(float scale)
+      : scale_(scale), inverse_(refined_reciprocal(scale)), steps_(scale >= 0x1p-100f && scale <= 0x1p100f) {}
+  __device__ float scale() const { return scale_; }
+  __device__ bool steps() const { return steps_; }
+  __device__ float stepped(float x) const { return divide_steps(x, scale_, inverse_); }  // when steps()
+  __device__ float operator()(float x) const { return steps_ ? stepped(x) : __fdiv_rn(x, scale_); }
+
+ private:
+  float scale_;
+  float inverse_;
+  bool steps_;
+};
+
+// q[i] = fp8(x[i] / scale) for 8 values, packed low byte first; the quotients of IEEE division,
+// as the CPU. The branch is taken per 8 values (uniform across a group's lanes).
+__device__ __forceinline__ uint2 quantize8(const float (&x)[8], const ScaleDivision& d) {
+  float q[8];
+  if (d.steps()) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = d.stepped(x[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(x[i], d.scale());
+  }
   std::uint32_t w[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const std::uint32_t a = fp8x2(__fdiv_rn(x[4 * i], scale), __fdiv_rn(x[4 * i + 1], scale));
-    const std::uint32_t b = fp8x2(__fdiv_rn(x[4 * i + 2], scale), __fdiv_rn(x[4 * i + 3], scale));
-    w[i] = a | (b << 16);
-  }
+  for (int i = 0; i < 2; ++i) w[i] = std::uint32_t(fp8x2(q[4 * i], q[4 * i + 1])) | (std::uint32_t(fp8x2(q[4 * i + 2], q[4 * i + 3])) << 16);
   return make_uint2(w[0], w[1]);
 }
 
-__device__ __forceinline__ std::uint8_t quantize1(float x, float scale) {
-  return std::uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+__device__ __forceinline__ std::uint8_t quantize1(float x, const ScaleDivision& d) {
+  return std::uint8_t(__nv_cvt_float_to_fp8(d(x), __NV_SATFINITE, __NV_E4M3));
 }
 
 // The dynamic scale of DESIGN §4: max(amax, 1e-10) / 448, rounded up to a power of two for

@@ -1,5 +1,6 @@
 // Quantization kernels: the scale of a group is max(amax, 1e-10)/448, each value becomes
-// fp8(x / scale) with IEEE division, so the codes and scales equal the CPU's bit for bit.
+// fp8(x / scale) with IEEE division's quotient (ScaleDivision), so the codes and scales equal
+// the CPU's bit for bit.
 //   groups   fp8-block: a warp per row, half a warp per 1x128 group, 8 values per lane (16-byte loads)
 //   rows     fp8-rowwise: a block per row, the row kept in shared memory between passes
 //   tensor   fp8-tensor: amax of everything (order-free integer atomicMax), then quantize
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
       const int g = g0 + 2 * u + half;
       const int col = g * 128 + sub * 8;
       if (col < p.hidden_size) {
-        *reinterpret_cast<uint2*>(q + col) = quantize8(x, scale);
+        *reinterpret_cast<uint2*>(q + col) = quantize8(x, ScaleDivision(scale));
         if (sub == 0) p.scales[t * groups + g] = scale;
       }
     }
@@ -138,15 +139,16 @@ __global__ void __launch_bounds__(256) quantize_rows(KernelParams p) {
       }
     }
     const float scale = fp8_scale(block_max(m, reduce), p.ue8m0);
+    const ScaleDivision division(scale);
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * h;
     if (kVector) {
       for (int c = threadIdx.x * 8; c < h; c += blockDim.x * 8) {
         const float4 a = reinterpret_cast<const float4*>(row + c)[0], b = reinterpret_cast<const float4*>(row + c)[1];
         const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        *reinterpret_cast<uint2*>(q + c) = quantize8(x, scale);
+        *reinterpret_cast<uint2*>(q + c) = quantize8(x, division);
       }
     } else {
-      for (int c = threadIdx.x; c < h; c += blockDim.x) q[c] = quantize1(row[c], scale);
+      for (int c = threadIdx.x; c < h; c += blockDim.x) q[c] = quantize1(row[c], division);
     }
     if (threadIdx.x == 0) p.scales[t] = scale;
     __syncthreads();  // the row buffer is refilled for the next token
@@ -183,6 +185,7 @@ template <bool kOnInput, bool kVector>
 __global__ void __launch_bounds__(256) tensor_quantize(KernelParams p) {
   const float scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
   if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = scale;
+  const ScaleDivision division(scale);
   const std::int64_t n = p.tokens * p.hidden_size;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   std::uint8_t* q = static_cast<std::uint8_t*>(p.q);
@@ -191,12 +194,12 @@ __global__ void __launch_bounds__(256) tensor_quantize(KernelParams p) {
       const std::int64_t t = v * 8 / p.hidden_size;
       float x[8];
       load8<kOnInput>(p, t, int(v * 8 - t * p.hidden_size), x);
-      *reinterpret_cast<uint2*>(q + v * 8) = quantize8(x, scale);
+      *reinterpret_cast<uint2*>(q + v * 8) = quantize8(x, division);
     }
   } else {
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
       const float w = kOnInput ? __ldg(p.weights + i / p.hidden_size) : 1.0f;
-      q[i] = quantize1(prepared<kOnInput>(bf16_to_f32(__ldg(p.hidden + i)), w), scale);
+      q[i] = quantize1(prepared<kOnInput>(bf16_to_f32(__ldg(p.hidden + i)), w), division);
     }
   }
 }

@@ -38,11 +38,16 @@ struct KernelParams {
 // ---- ordering and math shared by every path -------------------------------------------
 
 // Selection key: larger means ranked higher. Numbers map monotonically to [0x007fffff,
-// 0xff800000] (-0 and +0 tie), NaN to 1, and 0 means "not eligible".
+// 0xff800000] (-0 and +0 tie: v + 0 is +0 for both), NaN to 1, and 0 means "not eligible".
 __device__ __forceinline__ std::uint32_t rank_key(float v) {
-  if (isnan(v)) return 1u;
-  const std::uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  const std::uint32_t u = __float_as_uint(__fadd_rn(v, 0.0f));
+  const std::uint32_t key = u ^ (std::uint32_t(std::int32_t(u) >> 31) | 0x80000000u);
+  return isnan(v) ? 1u : key;
+}
+
+// The number behind a key of rank_key: the same value (+0 for either zero), NaN for key 1.
+__device__ __forceinline__ float key_value(std::uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
 // e^x rounded once from a double evaluation good to about 2^-46: correctly rounded but for
@@ -70,7 +75,12 @@ __device__ __forceinline__ float exp_ref(float x) {
   return __double2float_rn(p * scale);
 }
 
-__device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_ref(-x))); }
+// 1 / (1 + e^-x) with IEEE division: for x > -64 the denominator lies in [1, 2^93) and the
+// quotient above 2^-93, where divide_steps gives __fdiv_rn's quotient without its range check.
+__device__ __forceinline__ float sigmoid_ref(float x) {
+  const float d = __fadd_rn(1.0f, exp_ref(-x));
+  return x > -64.0f ? divide_steps(1.0f, d, refined_reciprocal(d)) : __fdiv_rn(1.0f, d);
+}
 
 // Index of the best (key, lower expert) over the warp; every lane gets it.
 __device__ __forceinline__ int warp_argmax(std::uint32_t key, int expert) {
@@ -113,22 +123,18 @@ __device__ __forceinline__ void load_logits(const T* p, float (&out)[W]) {
 }
 
 // ---- group scores held by lane segments ---------------------------------------------------
+// A group scores the sum of its two best choice values: values, not experts, so the two best
+// keys (a multiset: equal keys may both count) are all it needs.
 
-// (key, expert) as one integer that orders like ranks_above: higher key, then lower expert.
-__device__ __forceinline__ std::uint64_t ranked(std::uint32_t key, int expert) {
-  return (std::uint64_t(key) << 32) | ~std::uint32_t(expert);
-}
-__device__ __forceinline__ int ranked_expert(std::uint64_t r) { return int(~std::uint32_t(r)); }
-
-__device__ __forceinline__ void offer(std::uint64_t& best, std::uint64_t& second, std::uint64_t x) {
+__device__ __forceinline__ void offer(std::uint32_t& best, std::uint32_t& second, std::uint32_t x) {
   second = max(second, min(best, x));
   best = max(best, x);
 }
 
 // Merges the two best of `width` consecutive lanes (a power of two); every lane gets them.
-__device__ __forceinline__ void segment_top2(std::uint64_t& best, std::uint64_t& second, int width) {
+__device__ __forceinline__ void segment_top2(std::uint32_t& best, std::uint32_t& second, int width) {
   for (int offset = width / 2; offset > 0; offset /= 2) {
-    const std::uint64_t b = __shfl_xor_sync(kFullMask, best, offset), s = __shfl_xor_sync(kFullMask, second, offset);
+    const std::uint32_t b = __shfl_xor_sync(kFullMask, best, offset), s = __shfl_xor_sync(kFullMask, second, offset);
     offer(best, second, b);
     offer(best, second, s);
   }
@@ -158,8 +164,9 @@ struct RegisterScores {
   // sigmoid_bias_grouped's group limit when every group is a run of whole vectors over lanes
   // that form an aligned power-of-two segment (DeepSeek-V3: 32 experts = 8 lanes x 4): group
   // top-2 by shuffles inside the segments, all groups at once, then the topk_group best groups
-  // by warp argmax. Clears the keys outside the kept groups; false when the shape does not fit.
-  __device__ bool keep_best_groups_in_segments(const KernelParams& p, const float* source, const float* bias) {
+  // by warp argmax. The keys are the choice values' (sigmoid + bias). Clears the keys outside
+  // the kept groups; false when the shape does not fit.
+  __device__ bool keep_best_groups_in_segments(const KernelParams& p) {
     const int group_size = p.experts / p.n_group;
     const int seg = group_size / W;  // lanes per group
     if (group_size % W != 0 || seg < 1 || seg > 32 || (seg & (seg - 1)) != 0 || p.n_group > 32) return false;
@@ -167,17 +174,12 @@ struct RegisterScores {
     std::uint32_t group_key[V / W];
 #pragma unroll
     for (int c = 0; c < V / W; ++c) {
-      std::uint64_t best = 0, second = 0;  // 0: none (every real entry has a key >= 1)
+      std::uint32_t best = 0, second = 0;  // a group's entries are all experts (E = n_group x size)
 #pragma unroll
-      for (int j = 0; j < W; ++j) {
-        const int e = expert(c * W + j);
-        if (e < p.experts) offer(best, second, ranked(rank_key(__fadd_rn(value[c * W + j], bias[e])), e));
-      }
+      for (int j = 0; j < W; ++j) offer(best, second, key[c * W + j]);
       segment_top2(best, second, seg);
-      // The choice values again, from the shared sigmoids: the same additions, the same bits.
-      const int e1 = ranked_expert(best), e2 = ranked_expert(second);
-      float sum = __fadd_rn(0.0f, __fadd_rn(source[e1], bias[e1]));
-      if (group_size >= 2) sum = __fadd_rn(sum, __fadd_rn(source[e2], bias[e2]));
+      float sum = __fadd_rn(0.0f, key_value(best));
+      if (group_size >= 2) sum = __fadd_rn(sum, key_value(second));
       const int g = c * groups_per_chunk + lane / seg;
       group_key[c] = lane % seg == 0 && g < p.n_group ? rank_key(sum) : 0u;
     }
@@ -234,7 +236,7 @@ struct SharedScores {
   __device__ void remove(int winner) {
     if ((winner & 31) == lane) key[winner] = 0;
   }
-  __device__ bool keep_best_groups_in_segments(const KernelParams&, const float*, const float*) { return false; }
+  __device__ bool keep_best_groups_in_segments(const KernelParams&) { return false; }
 
   template <typename T>
   __device__ void load(const T* row, int experts) {
@@ -313,7 +315,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source)
 
 // DeepSeek-V3's group limit: a group scores the sum of its two best choice values
 // (sigmoid + bias); the topk_group best groups stay eligible. Marks kept[g].
-__device__ void keep_best_groups(const KernelParams& p, const float* source, const float* bias,
+__device__ inline void keep_best_groups(const KernelParams& p, const float* source, const float* bias,
                                  const WarpScratch& w, int lane) {
   const int group_size = p.experts / p.n_group;
   for (int g = 0; g < p.n_group; ++g) {
@@ -408,7 +410,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
   __syncwarp();
 
   if (method == RoutingMethod::sigmoid_bias_grouped) {
-    if (!sc.keep_best_groups_in_segments(p, w.source, bias)) {
+    if (!sc.keep_best_groups_in_segments(p)) {
       keep_best_groups(p, w.source, bias, w, lane);
       const int group_size = p.experts / p.n_group;
 #pragma unroll

@@ -1,0 +1,164 @@
+// The division shortcuts of the stage kernels against __fdiv_rn (IEEE division, the CPU's):
+//   ScaleDivision (quantization: many values, one scale) on 2^26 random (x, scale) pairs drawn
+//   the way the kernels meet them (dynamic scales of amaxes over the whole float range, ue8m0 or
+//   not; x within ±amax, random bit patterns, zeros, subnormals, inf, NaN): the same quotient
+//   wherever it is >= 2^-100 and the same FP8 code everywhere;
+//   divide_by_one_plus_exp (silu, swiglu_oai) for every bf16 gate value: the same quotient;
+//   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient.
+// Everything runs on the GPU; a count of mismatches and the first one come back.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cuda/activation/activate.cuh"
+#include "cuda/common/vec.cuh"
+#include "cuda/routing/route.cuh"
+#include "cuda_test_util.h"
+
+namespace moekit::cuda {
+namespace {
+
+using test::have_gpu;
+
+struct Mismatches {
+  unsigned long long count;
+  float x, divisor, got, want;
+};
+
+__device__ std::uint32_t mix(std::uint64_t v) {
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  v *= 0xc4ceb9fe1a85ec53ull;
+  v ^= v >> 33;
+  return std::uint32_t(v);
+}
+
+__device__ bool same_code(std::uint8_t a, std::uint8_t b) {
+  return a == b || ((a & 0x7f) == 0x7f && (b & 0x7f) == 0x7f);  // NaN codes of either sign
+}
+
+__device__ void record(Mismatches* m, float x, float divisor, float got, float want) {
+  if (atomicAdd(&m->count, 1ull) == 0) *m = {1, x, divisor, got, want};
+}
+
+__global__ void scale_division_cases(std::uint64_t seed, Mismatches* m) {
+  const std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint32_t r0 = mix(seed + 4 * i), r1 = mix(seed + 4 * i + 1), r2 = mix(seed + 4 * i + 2);
+  // amax: any positive float bit pattern below inf (infinite amaxes too, now and then).
+  float amax = __uint_as_float(r0 & 0x7f7fffffu);
+  if ((r2 & 0xff) == 0) amax = __int_as_float(0x7f800000);
+  const float scale = fp8_scale(amax, (r2 >> 8) & 1);
+  float x;
+  switch ((r2 >> 9) & 7) {
+    case 0: x = __uint_as_float(r1); break;                                          // any bits
+    case 1: x = (r1 & 1) ? -0.0f : 0.0f; break;                                       // zeros
+    case 2: x = __uint_as_float((r1 & 0x807fffffu)); break;                           // subnormals
+    case 3: x = (r1 & 1) ? -amax : amax; break;                                       // the amax itself
+    default: x = __fmul_rn(amax, __fmul_rn(float(int(r1)), 0x1p-31f)); break;         // within ±amax
+  }
+  const ScaleDivision division(scale);
+  const float got = division(x), want = __fdiv_rn(x, scale);
+  const bool quotient_kept = isnan(want) ? isnan(got) : __float_as_uint(got) == __float_as_uint(want);
+  const bool must_keep = isnan(want) || fabsf(want) >= 0x1p-100f || x == 0.0f;
+  const std::uint8_t code_got = __nv_cvt_float_to_fp8(got, __NV_SATFINITE, __NV_E4M3);
+  const std::uint8_t code_want = __nv_cvt_float_to_fp8(want, __NV_SATFINITE, __NV_E4M3);
+  if ((must_keep && !quotient_kept) || !same_code(code_got, code_want)) record(m, x, scale, got, want);
+}
+
+// Thread t: the 8 bf16 gates 8t .. 8t + 7 (every pattern once over 8192 threads).
+__global__ void gate_division_cases(float alpha, float limit, bool swiglu, Mismatches* m) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  float n[8], z[8], got[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float gate = bf16_to_f32(std::uint16_t(8 * t + i));
+    n[i] = swiglu ? fminf(gate, limit) : gate;
+    z[i] = swiglu ? __fmul_rn(-alpha, n[i]) : -gate;
+  }
+  activation::divide_by_one_plus_exp(n, z, got);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float d = __fadd_rn(1.0f, expf(z[i]));
+    const float want = __fdiv_rn(n[i], d);
+    const bool same = isnan(want) ? isnan(got[i]) : __float_as_uint(got[i]) == __float_as_uint(want);
+    if (!same) record(m, n[i], d, got[i], want);
+  }
+}
+
+// Threads below 65536 take the bf16 patterns, the others random f32 bits.
+__global__ void sigmoid_cases(Mismatches* m) {
+  const std::uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  const float x = t < 65536 ? bf16_to_f32(std::uint16_t(t)) : __uint_as_float(mix(t));
+  const float got = routing::sigmoid_ref(x);
+  const float want = __fdiv_rn(1.0f, __fadd_rn(1.0f, routing::exp_ref(-x)));
+  const bool same = isnan(want) ? isnan(got) : __float_as_uint(got) == __float_as_uint(want);
+  if (!same) record(m, x, 0.0f, got, want);
+}
+
+Mismatches fetch(Mismatches* device) {
+  Mismatches host{};
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(&host, device, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+std::string describe(const Mismatches& m) {
+  auto bits = [](float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    char s[16];
+    std::snprintf(s, sizeof s, "0x%08x", u);
+    return std::string(s);
+  };
+  return std::to_string(m.count) + " mismatches; first: x " + bits(m.x) + " / " + bits(m.divisor) + " gave " +
+         bits(m.got) + ", IEEE " + bits(m.want);
+}
+
+TEST(CudaDivision, ScaleDivisionGivesIeeeQuotientsAndCodes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  test::DeviceArray<Mismatches> mismatches(1);
+  Mismatches* m = mismatches.data();
+  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
+  for (std::uint64_t seed = 0; seed < 4; ++seed) scale_division_cases<<<(1 << 24) / 256, 256>>>(seed << 40, m);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const Mismatches got = fetch(m);
+  EXPECT_EQ(got.count, 0u) << describe(got);
+}
+
+TEST(CudaDivision, GateDivisionGivesIeeeQuotientsForEveryBf16Gate) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  test::DeviceArray<Mismatches> mismatches(1);
+  Mismatches* m = mismatches.data();
+  struct Case {
+    bool swiglu;
+    float alpha, limit;
+  };
+  for (const Case c : {Case{false, 0.0f, 0.0f}, Case{true, 1.702f, 7.0f}, Case{true, 1.0f, 1e30f},
+                       Case{true, -3.5f, 100.0f}}) {
+    ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
+    gate_division_cases<<<65536 / 8 / 256, 256>>>(c.alpha, c.limit, c.swiglu, m);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const Mismatches got = fetch(m);
+    EXPECT_EQ(got.count, 0u) << (c.swiglu ? "swiglu_oai alpha " + std::to_string(c.alpha) : std::string("silu")) << ": "
+                             << describe(got);
+  }
+}
+
+TEST(CudaDivision, RoutingSigmoidGivesIeeeQuotients) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  test::DeviceArray<Mismatches> mismatches(1);
+  Mismatches* m = mismatches.data();
+  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
+  sigmoid_cases<<<(1 << 24) / 256, 256>>>(m);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const Mismatches got = fetch(m);
+  EXPECT_EQ(got.count, 0u) << describe(got);
+}
+
+}  // namespace
+}  // namespace moekit::cuda
