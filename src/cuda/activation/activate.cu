@@ -12,12 +12,13 @@ namespace moekit::cuda::activation {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowsPerWarp = 4;  // activate_groups: each warp walks a run of at least this many rows
 constexpr std::int64_t kMaxRowwiseWidth = 48 * 1024;  // the row stays in shared memory as f32
 
 template <Emit kEmit, Activation kAct>
 void launch_groups(const ActParams& kp, cudaStream_t stream) {
-  // A warp per row, 8 warps per block, a few waves of resident blocks at most.
-  const unsigned blocks = grid_size(kp.max_rows, kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
+  // Runs of kRowsPerWarp rows or more per warp, 8 warps per block, a few waves of resident blocks.
+  const unsigned blocks = grid_size(ceil_div(kp.max_rows, kRowsPerWarp), kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
   activate_groups<kEmit, kAct><<<blocks, kThreads, 0, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("activate_groups");
 }

@@ -45,10 +45,11 @@ __device__ __forceinline__ float relu2(float x) {
 }
 
 // n[i] / (1 + e^z[i]) for 8 values: silu's x / (1 + e^-x) and swiglu_oai's gate·σ(alpha·gate).
-// The quotients of IEEE division: for z < 64 the denominator lies in [1, 2^93) and, n being a
-// bf16 value (or the clamp limit), the quotient is 0, n / 2 exactly (|z| < 2^-25: e^z rounds to
-// 1), or above 2^-100, so divide_steps gives __fdiv_rn's result without its range check; a
-// larger z (or NaN) anywhere among the 8 takes __fdiv_rn for all of them.
+// The quotients of IEEE division: for z < 64 the denominator lies in [1, 2^93), and n, a bf16
+// value (or the clamp limit), is 0, at least 2^-100, or so small that z = -n or -alpha·n is too
+// (|z| < 2^-25: e^z rounds to 1, the denominator is 2 and the quotient exact), so divide_steps
+// gives __fdiv_rn's result without its range check; a larger z (or NaN) anywhere among the 8
+// takes __fdiv_rn for all of them. Every bf16 gate is checked in tests/cuda/division_test.cu.
 __device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], const float (&z)[8], float (&out)[8]) {
   float d[8];
   bool steps = true;
@@ -116,10 +117,12 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return group_max<32>(v);
 }
 
-// A warp per row (grid-stride): the row is located once; its 128-column groups go two at a time
-// (a half warp each), kUnroll pairs in flight.
+// A warp per row: each warp walks its own run of consecutive rows (located once, then stepped by
+// next_row); a row's 128-column groups go two at a time (a half warp each), kUnroll pairs in
+// flight. Five blocks per SM (48 registers): more warps to cover the loads' latency, faster on
+// the H200 than four (docs/PERF.md).
 template <Emit kEmit, Activation kAct>
-__global__ void __launch_bounds__(256) activate_groups(ActParams p) {
+__global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
   constexpr int kUnroll = 2;
   __shared__ float reduce[32];
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
@@ -130,10 +133,14 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
     tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = tensor_scale;
   }
-  const ScaleDivision tensor_division(tensor_scale);
+  const ScaleDivision tensor_division(tensor_scale, p.given_scale == nullptr);
   float running_max = 0.0f;
-  for (int row = warp; row < p.max_rows; row += warps) {
-    const RowInfo info = locate_row(p.rows, row);
+  const int per_warp = (p.max_rows + warps - 1) / warps;
+  const int first = int(min(std::int64_t(warp) * per_warp, std::int64_t(p.max_rows)));
+  const int last = min(first + per_warp, p.max_rows);
+  RowInfo info{RowKind::unused, 0, 0, 0, 0};
+  for (int row = first; row < last; ++row) {
+    info = row == first ? locate_row(p.rows, row) : next_row(p.rows, info);
     if (info.kind == RowKind::unused) continue;  // warp-uniform
     const bool token = info.kind == RowKind::token;
     const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
@@ -141,6 +148,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
       float x[kUnroll][8];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
+        if (g0 + 2 * u >= p.groups) break;  // warp-uniform: past the row's last pair
         const int col = (g0 + 2 * u + half) * 128 + sub * 8;
         if (token && col < p.inter) {
           activate8<kAct>(p, in, col, x[u]);
@@ -151,6 +159,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
+        if (g0 + 2 * u >= p.groups) break;
         float m = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(256) activate_groups(ActParams p) {
           *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
           continue;
         }
-        const ScaleDivision division = kEmit == Emit::group_fp8 ? ScaleDivision(scale) : tensor_division;
+        const ScaleDivision division = kEmit == Emit::group_fp8 ? ScaleDivision(scale, true) : tensor_division;
         *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], division) : make_uint2(0, 0);
         if (kEmit == Emit::group_fp8 && sub == 0)
           p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
@@ -206,7 +215,7 @@ __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
       reinterpret_cast<float4*>(act + c)[1] = make_float4(x[4], x[5], x[6], x[7]);
     }
     const float scale = fp8_scale(block_max(m, reduce), p.ue8m0);
-    const ScaleDivision division(scale);
+    const ScaleDivision division(scale, true);
     for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
       const float4 a = reinterpret_cast<const float4*>(act + c)[0], b = reinterpret_cast<const float4*>(act + c)[1];
       const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};

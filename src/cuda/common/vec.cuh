@@ -55,8 +55,9 @@ __device__ __forceinline__ std::uint16_t fp8x2(float lo, float hi) {
 // y = rcp.approx(b) refined by one Newton step, q = a·y, one correction with the exact residual
 // a − b·q. Where the caller knows the range, the steps alone give the same quotient at 6 FMA-pipe
 // instructions and no branch; where b is shared, its reciprocal is made once. The steps are
-// exact for 2^-100 <= b <= 2^100 and a quotient >= 2^-100 (or a zero a, whose sign copysign
-// keeps). tests/cuda/division_test.cu compares them with __fdiv_rn on random and edge values.
+// exact (the residual a − b·q is a float) for 2^-100 <= b <= 2^100, |a| >= 2^-100 and no
+// overflow; a zero a keeps its sign by copysign. tests/cuda/division_test.cu compares them with
+// __fdiv_rn on random and edge values.
 
 // y ≈ 1/b as __fdiv_rn makes it.
 __device__ __forceinline__ float refined_reciprocal(float b) {
@@ -71,13 +72,16 @@ __device__ __forceinline__ float divide_steps(float a, float b, float y) {
   return copysignf(__fmaf_rn(y, __fmaf_rn(-b, q, a), q), a);
 }
 
-// x / scale for many x and one scale (a quantization group's), bit for bit __fdiv_rn(x, scale)
-// where |x / scale| >= 2^-100; a smaller quotient (|x| < 2^-58 for any dynamic scale) gets
-// FP8 code ±0 either way, with x's sign. Scales outside [2^-100, 2^100] (an infinite amax) divide.
+// x / scale for many x and one scale, bit for bit __fdiv_rn(x, scale), for a dynamic scale:
+// one made from the amax of the values divided, so |x / scale| <= 448 and nothing overflows.
+// For |x| < 2^-100 the quotient (below 2^-57: every dynamic scale is >= 1e-10 / 448) may differ
+// in its last bits but gets FP8 code ±0 either way, with x's sign. A given (static) scale, whose
+// quotients may overflow, and scales outside [2^-100, 2^100] (an infinite amax) take __fdiv_rn.
 class ScaleDivision {
  public:
-  __device__ explicit ScaleDivision(float scale)
-      : scale_(scale), inverse_(refined_reciprocal(scale)), steps_(scale >= 0x1p-100f && scale <= 0x1p100f) {}
+  __device__ ScaleDivision(float scale, bool dynamic)
+      : scale_(scale), inverse_(refined_reciprocal(scale)),
+        steps_(dynamic && scale >= 0x1p-100f && scale <= 0x1p100f) {}
   __device__ float scale() const { return scale_; }
   __device__ bool steps() const { return steps_; }
   __device__ float stepped(float x) const { return divide_steps(x, scale_, inverse_); }  // when steps()

@@ -22,6 +22,18 @@ unsigned elementwise_blocks(std::int64_t vectors) {
   return grid_size(vectors, kThreads, std::int64_t(multiprocessor_count()) * 16);
 }
 
+// One wave of resident blocks at most, each warp walking several steps: the pipelined loads
+// then run ahead across rows too.
+template <bool kOnInput, int kPairs>
+void launch_groups(const Problem& p, const KernelParams& kp, cudaStream_t stream) {
+  static int resident = 0;
+  if (resident == 0)
+    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput, kPairs>, kThreads, 0));
+  const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
+  const std::int64_t steps = p.tokens * ceil_div(ceil_div(p.hidden, kBlock), 2 * kPairs);
+  quantize_groups<kOnInput, kPairs><<<grid_size(steps, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
+}
+
 template <bool kOnInput, bool kVector>
 void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream) {
   const std::int64_t n = p.tokens * p.hidden;
@@ -46,16 +58,13 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
       kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
       break;
     }
-    case QuantScheme::fp8_block: {
-      // One wave of resident blocks, each warp walking several rows: the pipelined loads then
-      // run ahead across rows too.
-      static int resident = 0;
-      if (resident == 0)
-        MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput>, kThreads, 0));
-      const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
-      quantize_groups<kOnInput><<<grid_size(p.tokens, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
+    case QuantScheme::fp8_block:
+      // Rows of 32+ groups (H >= 4096) go 4 pairs of groups a step, narrower ones 2 (more
+      // steps to deal out evenly, a lighter kernel with more warps resident): the faster of the
+      // two on the H200 at H = 7168 and at H = 2048 (docs/PERF.md).
+      if (ceil_div(p.hidden, kBlock) >= 32) launch_groups<kOnInput, 4>(p, kp, stream);
+      else launch_groups<kOnInput, 2>(p, kp, stream);
       break;
-    }
   }
   MOEKIT_CUDA_CHECK_LAUNCH("quantize");
 }

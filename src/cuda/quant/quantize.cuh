@@ -44,24 +44,25 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
   }
 }
 
-// fp8-block: a warp per row (grid-stride), half a warp per 1x128 group, kUnroll pairs of groups
-// per step. The warp's steps (row, first group) form one sequence and the loads of step i + 1
-// are issued before step i is computed, so memory and arithmetic overlap within each warp.
-template <bool kOnInput>
-__global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
-  constexpr int kUnroll = 4;
+// fp8-block: half a warp per 1x128 group, kUnroll pairs of groups per step; the steps of all
+// rows, (row, first group) in row order, are dealt to the warps in turn (finer than whole rows,
+// so the last wave is short). The loads of a warp's step i + 1 are issued before step i is
+// computed, so memory and arithmetic overlap within each warp.
+template <bool kOnInput, int kUnroll>
+__global__ void __launch_bounds__(256, kUnroll == 2 ? 5 : 4) quantize_groups(KernelParams p) {
   const int groups = (p.hidden_size + 127) / 128;
   const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
   const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
-  const std::int64_t rows = warp < p.tokens ? (p.tokens - 1 - warp) / warps + 1 : 0;
-  const std::int64_t steps = rows * steps_per_row;  // warp-uniform: the shuffles need all lanes
+  const std::int64_t all_steps = p.tokens * steps_per_row;
+  const std::int64_t steps = warp < all_steps ? (all_steps - 1 - warp) / warps + 1 : 0;  // warp-uniform
 
   uint4 raw[kUnroll];
   auto fetch = [&](std::int64_t step, uint4 (&into)[kUnroll]) {
-    const std::int64_t t = warp + (step / steps_per_row) * warps;
-    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
+    const std::int64_t item = warp + step * warps;
+    const std::int64_t t = item / steps_per_row;
+    const int g0 = int(item - t * steps_per_row) * 2 * kUnroll;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int col = (g0 + 2 * u + half) * 128 + sub * 8;
@@ -73,8 +74,9 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   for (std::int64_t step = 0; step < steps; ++step) {
     uint4 next[kUnroll];
     if (step + 1 < steps) fetch(step + 1, next);
-    const std::int64_t t = warp + (step / steps_per_row) * warps;
-    const int g0 = int(step % steps_per_row) * 2 * kUnroll;
+    const std::int64_t item = warp + step * warps;
+    const std::int64_t t = item / steps_per_row;
+    const int g0 = int(item - t * steps_per_row) * 2 * kUnroll;
     const float w = kOnInput ? __ldg(p.weights + t) : 1.0f;
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * p.hidden_size;
 #pragma unroll
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
       const int g = g0 + 2 * u + half;
       const int col = g * 128 + sub * 8;
       if (col < p.hidden_size) {
-        *reinterpret_cast<uint2*>(q + col) = quantize8(x, ScaleDivision(scale));
+        *reinterpret_cast<uint2*>(q + col) = quantize8(x, ScaleDivision(scale, true));
         if (sub == 0) p.scales[t * groups + g] = scale;
       }
     }
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(256) quantize_rows(KernelParams p) {
       }
     }
     const float scale = fp8_scale(block_max(m, reduce), p.ue8m0);
-    const ScaleDivision division(scale);
+    const ScaleDivision division(scale, true);
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * h;
     if (kVector) {
       for (int c = threadIdx.x * 8; c < h; c += blockDim.x * 8) {
@@ -185,7 +187,7 @@ template <bool kOnInput, bool kVector>
 __global__ void __launch_bounds__(256) tensor_quantize(KernelParams p) {
   const float scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
   if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = scale;
-  const ScaleDivision division(scale);
+  const ScaleDivision division(scale, p.given_scale == nullptr);
   const std::int64_t n = p.tokens * p.hidden_size;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   std::uint8_t* q = static_cast<std::uint8_t*>(p.q);

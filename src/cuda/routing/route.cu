@@ -45,7 +45,10 @@ template <typename Kernel>
 void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t tokens, cudaStream_t stream) {
   if (l.shared_bytes > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared_bytes)));
-  const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * 32);
+  // One resident wave at most: each warp then walks several tokens (and prefetches).
+  int resident = 0;
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, l.warps * 32, l.shared_bytes));
+  const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * std::max(resident, 1));
   kernel<<<blocks, l.warps * 32, l.shared_bytes, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("routing kernel");
 }
@@ -125,6 +128,7 @@ void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
   kp.experts = int(p.experts);
   kp.top_k = p.config.top_k;
   kp.n_group = p.config.method == RoutingMethod::sigmoid_bias_grouped ? p.config.n_group : 0;
+  kp.group_size = kp.n_group > 0 ? int(p.experts) / kp.n_group : 0;
   kp.topk_group = p.config.topk_group;
   kp.scaling = p.config.routed_scaling_factor;
   kp.method = p.config.method;

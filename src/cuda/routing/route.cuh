@@ -1,5 +1,6 @@
-// Routing kernel: one warp per token.
-//   1. load the token's logits as f32 (each lane holds the experts of its columns)
+// Routing kernel: one warp per token at a time, a resident wave of warps walking the tokens.
+//   1. load the token's logits as f32 (each lane holds the experts of its columns; with scores
+//      in registers, the next token's logits load while this one is routed)
 //   2. scores per method (softmax sums in expert order, as the CPU does: one lane-serial pass
 //      over shared memory), written to shared memory as the weight source
 //   3. selection keys: (score, expert) ordered high first, NaN below numbers, ties to the lower
@@ -27,6 +28,7 @@ struct KernelParams {
   int experts;
   int top_k;
   int n_group;
+  int group_size;        // experts / n_group (sigmoid_bias_grouped), made once on the host
   int topk_group;
   float scaling;         // routed_scaling_factor
   RoutingMethod method;
@@ -50,6 +52,14 @@ __device__ __forceinline__ float key_value(std::uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
+// 1/11!, 1/10!, ..., 1/2!, 1/1!, 1/0!: e^r's Taylor coefficients, highest first. In constant
+// memory (not const, so they are not folded back), the DFMAs read them as operands; as
+// immediates each took two UMOVs per use.
+static __constant__ double kExpTaylor[12] = {2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
+                                            2.48015873015873e-05,  1.984126984126984e-04, 1.388888888888889e-03,
+                                            8.333333333333333e-03, 4.1666666666666664e-02, 1.6666666666666666e-01,
+                                            0.5,                   1.0,                   1.0};
+
 // e^x rounded once from a double evaluation good to about 2^-46: correctly rounded but for
 // vanishingly rare arguments, so it agrees with a (nearly) correctly rounded host expf.
 // x = n ln2 + r, |r| <= ln2/2; e^r by its Taylor series to degree 11 (remainder < 2^-47).
@@ -59,18 +69,9 @@ __device__ __forceinline__ float exp_ref(float x) {
   const double xd = x;
   const double n = rint(xd * 1.4426950408889634);
   const double r = fma(-n, 0.6931471805599453, xd);
-  double p = 2.505210838544172e-08;                    // 1/11!
-  p = fma(p, r, 2.755731922398589e-07);                // 1/10!
-  p = fma(p, r, 2.7557319223985893e-06);               // 1/9!
-  p = fma(p, r, 2.48015873015873e-05);                 // 1/8!
-  p = fma(p, r, 1.984126984126984e-04);                // 1/7!
-  p = fma(p, r, 1.388888888888889e-03);                // 1/6!
-  p = fma(p, r, 8.333333333333333e-03);                // 1/5!
-  p = fma(p, r, 4.1666666666666664e-02);               // 1/4!
-  p = fma(p, r, 1.6666666666666666e-01);               // 1/3!
-  p = fma(p, r, 0.5);
-  p = fma(p, r, 1.0);
-  p = fma(p, r, 1.0);
+  double p = kExpTaylor[0];
+#pragma unroll
+  for (int i = 1; i < 12; ++i) p = fma(p, r, kExpTaylor[i]);
   const double scale = __hiloint2double((int(n) + 1023) << 20, 0);  // 2^n, n in [-159, 145]
   return __double2float_rn(p * scale);
 }
@@ -167,10 +168,12 @@ struct RegisterScores {
   // by warp argmax. The keys are the choice values' (sigmoid + bias). Clears the keys outside
   // the kept groups; false when the shape does not fit.
   __device__ bool keep_best_groups_in_segments(const KernelParams& p) {
-    const int group_size = p.experts / p.n_group;
+    const int group_size = p.group_size;
     const int seg = group_size / W;  // lanes per group
     if (group_size % W != 0 || seg < 1 || seg > 32 || (seg & (seg - 1)) != 0 || p.n_group > 32) return false;
-    const int groups_per_chunk = 32 / seg;
+    const int seg_shift = __ffs(seg) - 1;  // lane / seg, without a division
+    const int groups_per_chunk = 32 >> seg_shift;
+    const int lane_group = lane >> seg_shift;
     std::uint32_t group_key[V / W];
 #pragma unroll
     for (int c = 0; c < V / W; ++c) {
@@ -180,8 +183,8 @@ struct RegisterScores {
       segment_top2(best, second, seg);
       float sum = __fadd_rn(0.0f, key_value(best));
       if (group_size >= 2) sum = __fadd_rn(sum, key_value(second));
-      const int g = c * groups_per_chunk + lane / seg;
-      group_key[c] = lane % seg == 0 && g < p.n_group ? rank_key(sum) : 0u;
+      const int g = c * groups_per_chunk + lane_group;
+      group_key[c] = (lane & (seg - 1)) == 0 && g < p.n_group ? rank_key(sum) : 0u;
     }
     std::uint32_t kept = 0;
     for (int r = 0; r < p.topk_group; ++r) {
@@ -189,23 +192,24 @@ struct RegisterScores {
       int bg = 0;
 #pragma unroll
       for (int c = 0; c < V / W; ++c)
-        if (group_key[c] > bk) bk = group_key[c], bg = c * groups_per_chunk + lane / seg;
+        if (group_key[c] > bk) bk = group_key[c], bg = c * groups_per_chunk + lane_group;
       const int win = warp_argmax(bk, bg);
       kept |= 1u << win;
 #pragma unroll
       for (int c = 0; c < V / W; ++c)
-        if (c * groups_per_chunk + lane / seg == win) group_key[c] = 0;
+        if (c * groups_per_chunk + lane_group == win) group_key[c] = 0;
     }
 #pragma unroll
     for (int c = 0; c < V / W; ++c)
-      if (!((kept >> (c * groups_per_chunk + lane / seg)) & 1u))
+      if (!((kept >> (c * groups_per_chunk + lane_group)) & 1u))
 #pragma unroll
         for (int j = 0; j < W; ++j) key[c * W + j] = 0;
     return true;
   }
 
+  // This lane's logits of one token row, into `into` (a later token's, while one is routed).
   template <typename T>
-  __device__ void load(const T* row, int experts) {
+  __device__ void fetch(const T* row, int experts, float (&into)[V]) const {
 #pragma unroll
     for (int c = 0; c < V / W; ++c) {
       float chunk[W];
@@ -217,7 +221,7 @@ struct RegisterScores {
         for (int j = 0; j < W; ++j) chunk[j] = 0.0f;
       }
 #pragma unroll
-      for (int j = 0; j < W; ++j) value[c * W + j] = chunk[j];
+      for (int j = 0; j < W; ++j) into[c * W + j] = chunk[j];
     }
   }
 };
@@ -317,7 +321,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source)
 // (sigmoid + bias); the topk_group best groups stay eligible. Marks kept[g].
 __device__ inline void keep_best_groups(const KernelParams& p, const float* source, const float* bias,
                                  const WarpScratch& w, int lane) {
-  const int group_size = p.experts / p.n_group;
+  const int group_size = p.group_size;
   for (int g = 0; g < p.n_group; ++g) {
     std::uint32_t k1 = 0, k2 = 0;
     int e1 = 0, e2 = 0;
@@ -364,12 +368,12 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
   }
 }
 
-template <class Scores, typename T>
+// Routes one token whose logits `sc` holds.
+template <class Scores>
 __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias, const WarpScratch& w,
                             int token) {
   const int lane = sc.lane;
   const RoutingMethod method = p.method;
-  sc.load(static_cast<const T*>(p.logits) + std::int64_t(token) * p.experts, p.experts);
 
   // Scores and selection keys.
   switch (method) {
@@ -412,7 +416,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
   if (method == RoutingMethod::sigmoid_bias_grouped) {
     if (!sc.keep_best_groups_in_segments(p)) {
       keep_best_groups(p, w.source, bias, w, lane);
-      const int group_size = p.experts / p.n_group;
+      const int group_size = p.group_size;
 #pragma unroll
       for (int i = 0; i < sc.count(); ++i) {
         const int e = sc.expert(i);
@@ -508,7 +512,19 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
-  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) route_token<RegisterScores<V, W>, T>(sc, p, bias, w, t);
+  // The grid is one resident wave; each warp routes every (gridDim.x * warps)-th token, the
+  // logits of its next token loading while the current one is routed.
+  const T* logits = static_cast<const T*>(p.logits);
+  const int stride = gridDim.x * warps;
+  float ahead[V];
+  int t = blockIdx.x * warps + warp;
+  if (t < p.tokens) sc.fetch(logits + std::int64_t(t) * p.experts, p.experts, ahead);
+  for (; t < p.tokens; t += stride) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) sc.value[i] = ahead[i];
+    if (t + stride < p.tokens) sc.fetch(logits + std::int64_t(t + stride) * p.experts, p.experts, ahead);
+    route_token(sc, p, bias, w, t);
+  }
 }
 
 // Any E: scores and keys in shared memory.
@@ -521,7 +537,10 @@ __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   const int experts_pad = (p.experts + 31) / 32 * 32;
   const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, experts_pad, true);
   SharedScores sc{w.source, w.keys, int(threadIdx.x & 31), experts_pad / 32};
-  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) route_token<SharedScores, T>(sc, p, bias, w, t);
+  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
+    sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
+    route_token(sc, p, bias, w, t);
+  }
 }
 
 }  // namespace moekit::cuda::routing
