@@ -49,7 +49,7 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
 // so the last wave is short). The loads of a warp's step i + 1 are issued before step i is
 // computed, so memory and arithmetic overlap within each warp.
 template <bool kOnInput, int kUnroll>
-__global__ void __launch_bounds__(256, kUnroll == 2 ? 5 : 4) quantize_groups(KernelParams p) {
+__global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   const int groups = (p.hidden_size + 127) / 128;
   const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;

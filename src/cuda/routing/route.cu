@@ -45,10 +45,7 @@ template <typename Kernel>
 void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t tokens, cudaStream_t stream) {
   if (l.shared_bytes > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared_bytes)));
-  // One resident wave at most: each warp then walks several tokens (and prefetches).
-  int resident = 0;
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, l.warps * 32, l.shared_bytes));
-  const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * std::max(resident, 1));
+  const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * 32);
   kernel<<<blocks, l.warps * 32, l.shared_bytes, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("routing kernel");
 }

@@ -1,6 +1,5 @@
-// Routing kernel: one warp per token at a time, a resident wave of warps walking the tokens.
-//   1. load the token's logits as f32 (each lane holds the experts of its columns; with scores
-//      in registers, the next token's logits load while this one is routed)
+// Routing kernel: one warp per token.
+//   1. load the token's logits as f32 (each lane holds the experts of its columns)
 //   2. scores per method (softmax sums in expert order, as the CPU does: one lane-serial pass
 //      over shared memory), written to shared memory as the weight source
 //   3. selection keys: (score, expert) ordered high first, NaN below numbers, ties to the lower
@@ -207,9 +206,8 @@ struct RegisterScores {
     return true;
   }
 
-  // This lane's logits of one token row, into `into` (a later token's, while one is routed).
   template <typename T>
-  __device__ void fetch(const T* row, int experts, float (&into)[V]) const {
+  __device__ void load(const T* row, int experts) {
 #pragma unroll
     for (int c = 0; c < V / W; ++c) {
       float chunk[W];
@@ -221,7 +219,7 @@ struct RegisterScores {
         for (int j = 0; j < W; ++j) chunk[j] = 0.0f;
       }
 #pragma unroll
-      for (int j = 0; j < W; ++j) into[c * W + j] = chunk[j];
+      for (int j = 0; j < W; ++j) value[c * W + j] = chunk[j];
     }
   }
 };
@@ -512,17 +510,8 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
-  // The grid is one resident wave; each warp routes every (gridDim.x * warps)-th token, the
-  // logits of its next token loading while the current one is routed.
-  const T* logits = static_cast<const T*>(p.logits);
-  const int stride = gridDim.x * warps;
-  float ahead[V];
-  int t = blockIdx.x * warps + warp;
-  if (t < p.tokens) sc.fetch(logits + std::int64_t(t) * p.experts, p.experts, ahead);
-  for (; t < p.tokens; t += stride) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) sc.value[i] = ahead[i];
-    if (t + stride < p.tokens) sc.fetch(logits + std::int64_t(t + stride) * p.experts, p.experts, ahead);
+  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
+    sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
     route_token(sc, p, bias, w, t);
   }
 }
