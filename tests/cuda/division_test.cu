@@ -4,7 +4,8 @@
 //   not, x within ±amax: zeros, subnormals, the amax, inf, NaN; given scales with any x): the
 //   same quotient wherever |x| >= 2^-100 and the same FP8 code everywhere;
 //   divide_by_one_plus_exp (silu, swiglu_oai) for every bf16 gate value: the same quotient;
-//   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient.
+//   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient;
+//   fp8_scale (amax / 448) for every non-negative float, both scale formats.
 // Everything runs on the GPU; a count of mismatches and the first one come back.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -103,6 +104,23 @@ __global__ void sigmoid_cases(Mismatches* m) {
   if (!same) record(m, x, 0.0f, got, want);
 }
 
+// Every non-negative float bit pattern as an amax (thread t: patterns 8t .. 8t + 7), both
+// scale formats: fp8_scale against the same rule with __fdiv_rn.
+__global__ void fp8_scale_cases(Mismatches* m) {
+  const std::uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    const float amax = __uint_as_float(8 * t + i);  // 8t + i < 2^31
+    if (isnan(amax)) continue;
+    for (const bool ue8m0 : {false, true}) {
+      float want = __fdiv_rn(fmaxf(amax, 1e-10f), 448.0f);
+      const std::uint32_t u = __float_as_uint(want);
+      if (ue8m0 && (u & 0x007fffffu) != 0) want = __uint_as_float((u & 0x7f800000u) + 0x00800000u);
+      const float got = fp8_scale(amax, ue8m0);
+      if (__float_as_uint(got) != __float_as_uint(want)) record(m, amax, 448.0f, got, want);
+    }
+  }
+}
+
 Mismatches fetch(Mismatches* device) {
   Mismatches host{};
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -158,6 +176,17 @@ TEST(CudaDivision, RoutingSigmoidGivesIeeeQuotients) {
   Mismatches* m = mismatches.data();
   ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
   sigmoid_cases<<<(1 << 24) / 256, 256>>>(m);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const Mismatches got = fetch(m);
+  EXPECT_EQ(got.count, 0u) << describe(got);
+}
+
+TEST(CudaDivision, Fp8ScaleGivesIeeeQuotientsForEveryAmax) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  test::DeviceArray<Mismatches> mismatches(1);
+  Mismatches* m = mismatches.data();
+  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
+  fp8_scale_cases<<<(1u << 31) / 8 / 256, 256>>>(m);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const Mismatches got = fetch(m);
   EXPECT_EQ(got.count, 0u) << describe(got);

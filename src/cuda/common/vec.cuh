@@ -115,9 +115,11 @@ __device__ __forceinline__ std::uint8_t quantize1(float x, const ScaleDivision& 
 }
 
 // The dynamic scale of DESIGN §4: max(amax, 1e-10) / 448, rounded up to a power of two for
-// UE8M0 (moekit::fp8_scale). amax is never NaN (fmaxf drops NaN).
+// UE8M0 (moekit::fp8_scale). amax is never NaN (fmaxf drops NaN). The division by 448 runs by
+// IEEE's steps for every finite amax (>= 1e-10 > 2^-100, no overflow); an infinite one divides.
 __device__ __forceinline__ float fp8_scale(float amax, bool ue8m0) {
-  const float scale = __fdiv_rn(fmaxf(amax, 1e-10f), 448.0f);
+  const float a = fmaxf(amax, 1e-10f);
+  const float scale = a <= 0x1.fffffep127f ? divide_steps(a, 448.0f, refined_reciprocal(448.0f)) : __fdiv_rn(a, 448.0f);
   if (!ue8m0) return scale;
   const std::uint32_t u = __float_as_uint(scale);
   if ((u & 0x007fffffu) == 0) return scale;  // already a power of two (scale is normal)
