@@ -6,6 +6,7 @@
 # One rank per GPU; NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Logs go to $OUT (or ./device-out).
 #   MOEKIT_EP=N                      ranks (default: every GPU)
 #   MOEKIT_EP_TESTS=0                skip building and running test_cuda
+#   MOEKIT_PREBUILT=DIR              use DIR/moekit (and DIR/tests/test_cuda, DIR/lib) instead of a build
 #   MOEKIT_EP_IDENTITY="deepseek-v3:256 qwen3-30b-a3b:256"   preset:tokens (the whole batch)
 #   MOEKIT_EP_BENCH_TOKENS=128,4096  tokens per rank
 set -uo pipefail
@@ -21,24 +22,34 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv 2>&1 | tee "$out/g
 nvidia-smi topo -m 2>&1 | head -n $((n + 2)) | tee "$out/topo.txt"
 
 tests="${MOEKIT_EP_TESTS:-1}"
-build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
-args=(-DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS="$([ "$tests" = 1 ] && echo ON || echo OFF)")
-[ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
-[ -f "$root/.gtest/CMakeLists.txt" ] && args+=(-DMOEKIT_GTEST_SOURCE="$root/.gtest")
-command -v ninja >/dev/null && args+=(-G Ninja)
-targets=(moekit_cli)
-[ "$tests" = 1 ] && targets+=(test_cuda)
-start=$(date +%s)
-if ! cmake -S "$root" -B "$build" "${args[@]}" >"$out/cmake.log" 2>&1 ||
-   ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
-  tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
-  echo "BUILD FAILED"
-  exit 1
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+if [ -n "${MOEKIT_PREBUILT:-}" ] && [ -x "$MOEKIT_PREBUILT/moekit" ]; then
+  # Prebuilt binaries (their lib/ on LD_LIBRARY_PATH, exported to the ranks by mpirun -x).
+  # shellcheck source=scripts/device-cli.sh
+  source "$root/scripts/device-cli.sh"
+  find_cli "$root" "$out"
+  build="$MOEKIT_PREBUILT"
+  [ "$tests" = 1 ] && [ ! -x "$build/tests/test_cuda" ] && tests=0
+else
+  build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+  args=(-DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS="$([ "$tests" = 1 ] && echo ON || echo OFF)")
+  [ -f "$root/.cutlass/include/cutlass/cutlass.h" ] && args+=(-DMOEKIT_CUTLASS_DIR="$root/.cutlass")
+  [ -f "$root/.gtest/CMakeLists.txt" ] && args+=(-DMOEKIT_GTEST_SOURCE="$root/.gtest")
+  command -v ninja >/dev/null && args+=(-G Ninja)
+  targets=(moekit_cli)
+  [ "$tests" = 1 ] && targets+=(test_cuda)
+  start=$(date +%s)
+  if ! cmake -S "$root" -B "$build" "${args[@]}" >"$out/cmake.log" 2>&1 ||
+     ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+    tail -n 40 "$out/cmake.log" "$out/build.log" 2>/dev/null
+    echo "BUILD FAILED"
+    exit 1
+  fi
+  echo "built in $(( $(date +%s) - start )) s"
+  cli="$build/moekit"
 fi
-echo "built in $(( $(date +%s) - start )) s"
-cli="$build/moekit"
 mpi=(mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE=0 -x TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-     -x NVSHMEM_DISABLE_NVLS=1)
+     -x NVSHMEM_DISABLE_NVLS=1 -x LD_LIBRARY_PATH)
 
 status=0
 tests_status="not run"
