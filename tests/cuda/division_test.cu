@@ -121,13 +121,6 @@ __global__ void fp8_scale_cases(Mismatches* m) {
   }
 }
 
-Mismatches fetch(Mismatches* device) {
-  Mismatches host{};
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(&host, device, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
 std::string describe(const Mismatches& m) {
   auto bits = [](float f) {
     std::uint32_t u;
@@ -140,56 +133,46 @@ std::string describe(const Mismatches& m) {
          bits(m.got) + ", IEEE " + bits(m.want);
 }
 
+// Runs launch(record) on a zeroed mismatch record and expects it to stay empty.
+template <class Launch>
+void expect_no_mismatches(Launch launch, const std::string& what = "") {
+  test::DeviceArray<Mismatches> record(1);
+  ASSERT_EQ(cudaMemset(record.data(), 0, sizeof(Mismatches)), cudaSuccess);
+  launch(record.data());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  test::sync_and_check();
+  const Mismatches got = record.download()[0];
+  EXPECT_EQ(got.count, 0u) << what << describe(got);
+}
+
 TEST(CudaDivision, ScaleDivisionGivesIeeeQuotientsAndCodes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  test::DeviceArray<Mismatches> mismatches(1);
-  Mismatches* m = mismatches.data();
-  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
-  for (std::uint64_t seed = 0; seed < 4; ++seed) scale_division_cases<<<(1 << 24) / 256, 256>>>(seed << 40, m);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  const Mismatches got = fetch(m);
-  EXPECT_EQ(got.count, 0u) << describe(got);
+  expect_no_mismatches([](Mismatches* m) {
+    for (std::uint64_t seed = 0; seed < 4; ++seed) scale_division_cases<<<(1 << 24) / 256, 256>>>(seed << 40, m);
+  });
 }
 
 TEST(CudaDivision, GateDivisionGivesIeeeQuotientsForEveryBf16Gate) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  test::DeviceArray<Mismatches> mismatches(1);
-  Mismatches* m = mismatches.data();
   struct Case {
     bool swiglu;
     float alpha, limit;
   };
   for (const Case c : {Case{false, 0.0f, 0.0f}, Case{true, 1.702f, 7.0f}, Case{true, 1.0f, 1e30f},
                        Case{true, -3.5f, 100.0f}}) {
-    ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
-    gate_division_cases<<<65536 / 8 / 256, 256>>>(c.alpha, c.limit, c.swiglu, m);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    const Mismatches got = fetch(m);
-    EXPECT_EQ(got.count, 0u) << (c.swiglu ? "swiglu_oai alpha " + std::to_string(c.alpha) : std::string("silu")) << ": "
-                             << describe(got);
+    expect_no_mismatches([&](Mismatches* m) { gate_division_cases<<<65536 / 8 / 256, 256>>>(c.alpha, c.limit, c.swiglu, m); },
+                         c.swiglu ? "swiglu_oai alpha " + std::to_string(c.alpha) + ": " : std::string("silu: "));
   }
 }
 
 TEST(CudaDivision, RoutingSigmoidGivesIeeeQuotients) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  test::DeviceArray<Mismatches> mismatches(1);
-  Mismatches* m = mismatches.data();
-  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
-  sigmoid_cases<<<(1 << 24) / 256, 256>>>(m);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  const Mismatches got = fetch(m);
-  EXPECT_EQ(got.count, 0u) << describe(got);
+  expect_no_mismatches([](Mismatches* m) { sigmoid_cases<<<(1 << 24) / 256, 256>>>(m); });
 }
 
 TEST(CudaDivision, Fp8ScaleGivesIeeeQuotientsForEveryAmax) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  test::DeviceArray<Mismatches> mismatches(1);
-  Mismatches* m = mismatches.data();
-  ASSERT_EQ(cudaMemset(m, 0, sizeof(Mismatches)), cudaSuccess);
-  fp8_scale_cases<<<(1u << 31) / 8 / 256, 256>>>(m);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  const Mismatches got = fetch(m);
-  EXPECT_EQ(got.count, 0u) << describe(got);
+  expect_no_mismatches([](Mismatches* m) { fp8_scale_cases<<<(1u << 31) / 8 / 256, 256>>>(m); });
 }
 
 }  // namespace
