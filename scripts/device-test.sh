@@ -4,7 +4,11 @@
 # GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
-#   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu"  which steps (default: all but ncu)
+#   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu profile"  which steps (default: all but
+#     ncu and profile: per-SASS-instruction execution counts of MOEKIT_PROFILE_KERNELS, as CSV in $OUT)
+#   MOEKIT_TEST_FILTER='CudaRouting*'      the CUDA tests the tests step runs (default: all)
+#   MOEKIT_BENCH_AB="a/cuda_stages_bench b/cuda_stages_bench"   more stage benches, run in turn after
+#     the first (variants built elsewhere), each table printed under its path
 #   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs (racecheck:
 #   MOEKIT_RACECHECK_FILTER, default the same), each tool within MOEKIT_SANITIZE_TIMEOUT seconds
 # Full logs stay in $MOEKIT_LOG_DIR (default /tmp/moekit-device-logs); $OUT gets the few that
@@ -48,7 +52,7 @@ tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; b
 gemm_status="not run"; layer_status="not run"; decode_status="not run"
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda"
-  "$bin/tests/test_cuda" --gtest_color=no 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
+  "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*}" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
 fi
 if [[ " $steps " == *" bench "* ]]; then
@@ -56,6 +60,10 @@ if [[ " $steps " == *" bench "* ]]; then
   "$bin/bench/cuda_stages_bench" >"$logs/bench.log" 2>&1
   if [ $? -eq 0 ]; then bench_status="ran"; else bench_status="FAIL"; fi
   grep -v "^|" "$logs/bench.log" | tail -n 20
+  for other in ${MOEKIT_BENCH_AB:-}; do
+    echo "== $other"
+    "$other" 2>&1 | grep "^| [dq]" || bench_status="FAIL"
+  done
 fi
 
 if [[ " $steps " == *" gemm "* ]]; then
@@ -104,6 +112,17 @@ if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
       "$bin/bench/cuda_stages_bench" >"$out/ncu_$kernel.txt" 2>&1
     grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Active Warps|Registers Per|Warp Cycles Per Issued|Executed Ipc Active|Executed Instructions  " \
       "$out/ncu_$kernel.txt" | head -n 12
+  done
+fi
+
+if [[ " $steps " == *" profile "* ]] && command -v ncu >/dev/null; then
+  # Executed instructions per SASS line of the first launch whose mangled name matches.
+  for kernel in ${MOEKIT_PROFILE_KERNELS:-route_registersIfLi8 quantize_groupsILb0ELi2 activate_groupsILNS1_4EmitE0ELNS_10ActivationE0ELi3}; do
+    echo "== profile $kernel"
+    ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" -c 1 --section SourceCounters \
+      --section InstructionStats --section SpeedOfLight -f -o "$logs/profile" "$bin/bench/cuda_stages_bench" >"$logs/profile.log" 2>&1
+    ncu -i "$logs/profile.ncu-rep" --page source --csv --print-source sass >"$out/sass_$kernel.csv" 2>>"$logs/profile.log"
+    ncu -i "$logs/profile.ncu-rep" --page details 2>&1 | grep -E "Duration|Executed Instructions  |DRAM Throughput" | head -n 4
   done
 fi
 

@@ -4,7 +4,8 @@
 //   not, x within ±amax: zeros, subnormals, the amax, inf, NaN; given scales with any x): the
 //   same quotient wherever |x| >= 2^-100 and the same FP8 code everywhere;
 //   divide_by_one_plus_exp (silu, swiglu_oai) for every bf16 gate value: the same quotient;
-//   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient;
+//   the routing sigmoid for every bf16 logit and 2^24 random f32 ones: the same quotient, and
+//   its exponential (exp_ref) against exp in double rounded to f32, on the same arguments;
 //   fp8_scale (amax / 448) for every non-negative float, both scale formats.
 // Everything runs on the GPU; a count of mismatches and the first one come back.
 #include <cuda_runtime.h>
@@ -104,6 +105,17 @@ __global__ void sigmoid_cases(Mismatches* m) {
   if (!same) record(m, x, 0.0f, got, want);
 }
 
+// exp_ref against the double exp rounded once to f32 (correct unless e^x lies within ~2^-51 of
+// a rounding boundary), on the arguments of sigmoid_cases.
+__global__ void exp_cases(Mismatches* m) {
+  const std::uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  const float x = t < 65536 ? bf16_to_f32(std::uint16_t(t)) : __uint_as_float(mix(t));
+  const float got = routing::exp_ref(x);
+  const float want = isnan(x) ? x : __double2float_rn(exp(double(x)));
+  const bool same = isnan(want) ? isnan(got) : __float_as_uint(got) == __float_as_uint(want);
+  if (!same) record(m, x, 0.0f, got, want);
+}
+
 // Every non-negative float bit pattern as an amax (thread t: patterns 8t .. 8t + 7), both
 // scale formats: fp8_scale against the same rule with __fdiv_rn.
 __global__ void fp8_scale_cases(Mismatches* m) {
@@ -168,6 +180,11 @@ TEST(CudaDivision, GateDivisionGivesIeeeQuotientsForEveryBf16Gate) {
 TEST(CudaDivision, RoutingSigmoidGivesIeeeQuotients) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   expect_no_mismatches([](Mismatches* m) { sigmoid_cases<<<(1 << 24) / 256, 256>>>(m); });
+}
+
+TEST(CudaDivision, RoutingExpIsCorrectlyRounded) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_no_mismatches([](Mismatches* m) { exp_cases<<<(1 << 24) / 256, 256>>>(m); });
 }
 
 TEST(CudaDivision, Fp8ScaleGivesIeeeQuotientsForEveryAmax) {

@@ -26,12 +26,13 @@ unsigned elementwise_blocks(std::int64_t vectors) {
 // then run ahead across rows too.
 template <bool kOnInput, int kPairs>
 void launch_groups(const Problem& p, const KernelParams& kp, cudaStream_t stream) {
+  constexpr int kAhead = 1;  // steps whose loads are in flight: 2 and 3 were slower on the H200 (docs/PERF.md)
   static int resident = 0;
   if (resident == 0)
-    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput, kPairs>, kThreads, 0));
+    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput, kPairs, kAhead>, kThreads, 0));
   const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
   const std::int64_t steps = p.tokens * ceil_div(ceil_div(p.hidden, kBlock), 2 * kPairs);
-  quantize_groups<kOnInput, kPairs><<<grid_size(steps, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
+  quantize_groups<kOnInput, kPairs, kAhead><<<grid_size(steps, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
 }
 
 template <bool kOnInput, bool kVector>

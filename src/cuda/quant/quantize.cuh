@@ -46,9 +46,9 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
 
 // fp8-block: half a warp per 1x128 group, kUnroll pairs of groups per step; the steps of all
 // rows, (row, first group) in row order, are dealt to the warps in turn (finer than whole rows,
-// so the last wave is short). The loads of a warp's step i + 1 are issued before step i is
-// computed, so memory and arithmetic overlap within each warp.
-template <bool kOnInput, int kUnroll>
+// so the last wave is short). The loads of a warp's next kAhead steps are in flight while step
+// i is computed, so memory and arithmetic overlap within each warp.
+template <bool kOnInput, int kUnroll, int kAhead>
 __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   const int groups = (p.hidden_size + 127) / 128;
   const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
@@ -58,11 +58,12 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   const std::int64_t all_steps = p.tokens * steps_per_row;
   const std::int64_t steps = warp < all_steps ? (all_steps - 1 - warp) / warps + 1 : 0;  // warp-uniform
 
-  uint4 raw[kUnroll];
-  auto fetch = [&](std::int64_t step, uint4 (&into)[kUnroll]) {
-    const std::int64_t item = warp + step * warps;
-    const std::int64_t t = item / steps_per_row;
-    const int g0 = int(item - t * steps_per_row) * 2 * kUnroll;
+  // A warp's items advance by `warps` each step: (row, step in row) moves by the quotient and
+  // remainder of warps / steps_per_row, made once (no 64-bit division per step).
+  const std::int64_t row_stride = warps / steps_per_row;
+  const int step_stride = int(warps - row_stride * steps_per_row);
+  const auto fetch = [&](std::int64_t t, int s, uint4 (&into)[kUnroll]) {
+    const int g0 = s * 2 * kUnroll;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int col = (g0 + 2 * u + half) * 128 + sub * 8;
@@ -70,19 +71,29 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
                                     : make_uint4(0, 0, 0, 0);
     }
   };
-  if (steps > 0) fetch(0, raw);
+  // Slot i of the ring: the values, row and step in row of step + i.
+  uint4 raw[kAhead + 1][kUnroll];
+  std::int64_t row[kAhead + 1];
+  int in_row[kAhead + 1];
+  row[0] = warp / steps_per_row;
+  in_row[0] = int(warp - row[0] * steps_per_row);
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    if (i < steps) fetch(row[i], in_row[i], raw[i]);
+    row[i + 1] = row[i] + row_stride;
+    in_row[i + 1] = in_row[i] + step_stride;
+    if (in_row[i + 1] >= steps_per_row) in_row[i + 1] -= steps_per_row, ++row[i + 1];
+  }
   for (std::int64_t step = 0; step < steps; ++step) {
-    uint4 next[kUnroll];
-    if (step + 1 < steps) fetch(step + 1, next);
-    const std::int64_t item = warp + step * warps;
-    const std::int64_t t = item / steps_per_row;
-    const int g0 = int(item - t * steps_per_row) * 2 * kUnroll;
+    if (step + kAhead < steps) fetch(row[kAhead], in_row[kAhead], raw[kAhead]);
+    const std::int64_t t = row[0];
+    const int g0 = in_row[0] * 2 * kUnroll;
     const float w = kOnInput ? __ldg(p.weights + t) : 1.0f;
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + t * p.hidden_size;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float x[8];
-      unpack_bf16x8(raw[u], x);
+      unpack_bf16x8(raw[0][u], x);
       float m = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -98,7 +109,15 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) raw[u] = next[u];
+    for (int i = 0; i < kAhead; ++i) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) raw[i][u] = raw[i + 1][u];
+      row[i] = row[i + 1];
+      in_row[i] = in_row[i + 1];
+    }
+    row[kAhead] = row[kAhead - 1] + row_stride;
+    in_row[kAhead] = in_row[kAhead - 1] + step_stride;
+    if (in_row[kAhead] >= steps_per_row) in_row[kAhead] -= steps_per_row, ++row[kAhead];
   }
 }
 

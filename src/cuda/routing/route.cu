@@ -29,15 +29,12 @@ std::int64_t warp_floats(const Problem& p, bool registers) {
   return (floats + 3) / 4 * 4;  // 16-byte aligned rows (float4 reads)
 }
 
-std::int64_t bias_floats(const Problem& p) { return p.config.uses_bias() ? experts_pad(p) : 0; }
-
 Launch plan(const Problem& p) {
   Launch l;
   l.registers = p.experts <= kMaxRegisterExperts;
   const std::size_t per_warp = std::size_t(warp_floats(p, l.registers)) * sizeof(float);
-  const std::size_t fixed = std::size_t(bias_floats(p)) * sizeof(float);
-  l.warps = int(std::clamp<std::size_t>((kSharedLimit - fixed) / per_warp, 1, kWarps));
-  l.shared_bytes = fixed + per_warp * std::size_t(l.warps);
+  l.warps = int(std::clamp<std::size_t>(kSharedLimit / per_warp, 1, kWarps));
+  l.shared_bytes = per_warp * std::size_t(l.warps);
   return l;
 }
 
@@ -45,7 +42,13 @@ template <typename Kernel>
 void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t tokens, cudaStream_t stream) {
   if (l.shared_bytes > 48 * 1024)
     MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared_bytes)));
+#ifdef MOEKIT_RPERSIST
+  static int resident = 0;
+  if (resident == 0) MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, l.warps * 32, l.shared_bytes));
+  const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * std::max(resident, 1) * MOEKIT_RPERSIST);
+#else
   const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * 32);
+#endif
   kernel<<<blocks, l.warps * 32, l.shared_bytes, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("routing kernel");
 }
@@ -63,10 +66,12 @@ void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const A
     launch(route_shared<T>, l, kp, kp.tokens, stream);
     return;
   }
-  // Whole vectors per lane: E a multiple of the vector width, rows aligned to it.
+  // Whole vectors per lane: E a multiple of the vector width, rows aligned to it, the bias (read
+  // a vector at a time) 16-byte aligned.
   const int per_lane = p.experts <= 128 ? 4 : p.experts <= 256 ? 8 : 16;
   const int width = std::min<int>(per_lane, 16 / int(sizeof(T)));
-  const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0;
+  const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0 &&
+                      (!p.config.uses_bias() || reinterpret_cast<std::uintptr_t>(args.bias) % 16 == 0);
   switch (per_lane) {
     case 4: launch_registers<T, 4>(l, kp, vector, stream); break;
     case 8: launch_registers<T, 8>(l, kp, vector, stream); break;
@@ -131,7 +136,6 @@ void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
   kp.method = p.config.method;
   kp.bias_bf16 = p.bias_dtype == DType::bf16;
   kp.warp_floats = int(warp_floats(p, l.registers));
-  kp.bias_floats = int(bias_floats(p));
   const cudaStream_t s = as_cuda(stream);
   if (p.logits_dtype == DType::f32) dispatch<float>(p, l, kp, args, s);
   else dispatch<std::uint16_t>(p, l, kp, args, s);

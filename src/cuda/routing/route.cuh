@@ -3,7 +3,8 @@
 //   2. scores per method (softmax sums in expert order, as the CPU does: one lane-serial pass
 //      over shared memory), written to shared memory as the weight source
 //   3. selection keys: (score, expert) ordered high first, NaN below numbers, ties to the lower
-//      expert; sigmoid_bias_grouped first keeps the best groups
+//      expert; sigmoid_bias_grouped first keeps the best groups (and packs their keys into
+//      fewer registers per lane where they fit)
 //   4. k rounds of warp argmax (two redux.sync per round)
 //   5. weights from the selected scores (renormalized in slot order), times the scaling factor
 // Every sum runs in the CPU's order; products feeding sums are rounded separately (no FMA).
@@ -33,7 +34,6 @@ struct KernelParams {
   RoutingMethod method;
   bool bias_bf16;
   int warp_floats;       // shared floats per warp
-  int bias_floats;       // shared floats for the bias (0 without one)
 };
 
 // ---- ordering and math shared by every path -------------------------------------------
@@ -51,35 +51,111 @@ __device__ __forceinline__ float key_value(std::uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
-// 1/11!, 1/10!, ..., 1/2!, 1/1!, 1/0!: e^r's Taylor coefficients, highest first. In constant
-// memory (not const, so they are not folded back), the DFMAs read them as operands; as
-// immediates each took two UMOVs per use.
-static __constant__ double kExpTaylor[12] = {2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
-                                            2.48015873015873e-05,  1.984126984126984e-04, 1.388888888888889e-03,
-                                            8.333333333333333e-03, 4.1666666666666664e-02, 1.6666666666666666e-01,
-                                            0.5,                   1.0,                   1.0};
+// 2^(j/256) for j = 0..255, each the nearest double: exp_ref's table (lanes read it at their own
+// indices, from L1).
+static __device__ const double kExp2Table[256] = {
+    1.0, 1.0027112750502025, 1.0054299011128027, 1.0081558981184175,
+    1.0108892860517005, 1.0136300849514894, 1.016378314910953, 1.019133996077738,
+    1.0218971486541166, 1.0246677928971357, 1.0274459491187637, 1.030231637686041,
+    1.0330248790212284, 1.0358256936019572, 1.0386341019613787, 1.041450124688316,
+    1.0442737824274138, 1.0471050958792898, 1.0499440858006872, 1.0527907730046264,
+    1.0556451783605572, 1.0585073227945128, 1.061377227289262, 1.0642549128844645,
+    1.0671404006768237, 1.0700337118202419, 1.0729348675259756, 1.075843889062791,
+    1.0787607977571199, 1.0816856149932152, 1.0846183622133092, 1.0875590609177697,
+    1.0905077326652577, 1.0934643990728858, 1.0964290818163769, 1.099401802630222,
+    1.102382583307841, 1.1053714457017412, 1.1083684117236787, 1.1113735033448175,
+    1.1143867425958924, 1.1174081515673693, 1.1204377524096067, 1.12347556733302,
+    1.1265216186082418, 1.129575928566288, 1.1326385195987192, 1.1357094141578055,
+    1.1387886347566916, 1.1418762039695616, 1.1449721444318042, 1.148076478840179,
+    1.1511892299529827, 1.154310420590216, 1.1574400736337511, 1.1605782120274988,
+    1.1637248587775775, 1.1668800369524817, 1.1700437696832502, 1.1732160801636373,
+    1.1763969916502812, 1.1795865274628758, 1.182784710984341, 1.1859915656609938,
+    1.189207115002721, 1.1924313825831512, 1.1956643920398273, 1.1989061670743806,
+    1.202156731452703, 1.2054161090051239, 1.2086843236265816, 1.2119613992768012,
+    1.215247359980469, 1.2185422298274085, 1.2218460329727576, 1.2251587936371455,
+    1.22848053610687, 1.2318112847340759, 1.2351510639369334, 1.2384998981998165,
+    1.241857812073484, 1.245224830175258, 1.2486009771892048, 1.2519862778663162,
+    1.255380757024691, 1.2587844395497165, 1.2621973503942507, 1.2656195145788063,
+    1.2690509571917332, 1.2724917033894028, 1.275941778396392, 1.2794012075056693,
+    1.2828700160787783, 1.2863482295460256, 1.2898358734066657, 1.2933329732290895,
+    1.2968395546510096, 1.3003556433796506, 1.3038812651919358, 1.3074164459346773,
+    1.3109612115247644, 1.3145155879493546, 1.318079601266064, 1.3216532776031575,
+    1.3252366431597413, 1.3288297242059544, 1.3324325470831615, 1.3360451382041458,
+    1.339667524053303, 1.3432997311868353, 1.3469417862329458, 1.3505937158920345,
+    1.3542555469368927, 1.3579273062129011, 1.3616090206382248, 1.365300717204012,
+    1.3690024229745905, 1.3727141650876684, 1.3764359707545302, 1.380167867260238,
+    1.383909881963832, 1.387662042298529, 1.3914243757719262, 1.3951969099662003,
+    1.3989796725383112, 1.4027726912202048, 1.4065759938190154, 1.4103896082172707,
+    1.4142135623730951, 1.4180478843204152, 1.4218926021691656, 1.4257477441054942,
+    1.42961333839197, 1.433489413367789, 1.4373759974489824, 1.4412731191286257,
+    1.4451808069770467, 1.449099089642035, 1.4530279958490526, 1.4569675544014438,
+    1.460917794180647, 1.4648787441464057, 1.4688504333369818, 1.4728328908693675,
+    1.4768261459394993, 1.4808302278224719, 1.4848451658727524, 1.488870989524397,
+    1.4929077282912648, 1.4969554117672355, 1.5010140696264256, 1.5050837316234065,
+    1.5091644275934228, 1.5132561874526098, 1.5173590411982147, 1.5214730189088146,
+    1.5255981507445384, 1.529734466947287, 1.533881997840956, 1.5380407738316568,
+    1.5422108254079407, 1.5463921831410214, 1.550584877685, 1.5547889397770887,
+    1.559004400237837, 1.5632312899713576, 1.567469639965553, 1.5717194812923414,
+    1.5759808451078865, 1.5802537626528246, 1.5845382652524937, 1.588834384317164,
+    1.593142151342267, 1.597461597908627, 1.6017927556826934, 1.606135656416771,
+    1.6104903319492543, 1.6148568142048607, 1.6192351351948637, 1.6236253270173289,
+    1.6280274218573478, 1.632441451987275, 1.6368674497669644, 1.6413054476440063,
+    1.645755478153965, 1.6502175739206177, 1.6546917676561943, 1.6591780921616162,
+    1.6636765803267364, 1.6681872651305825, 1.6727101796415966, 1.6772453570178785,
+    1.681792830507429, 1.6863526334483934, 1.6909247992693053, 1.6955093614893326,
+    1.7001063537185235, 1.7047158096580513, 1.709337763100463, 1.713972247929926,
+    1.718619298122478, 1.723278947746274, 1.7279512309618377, 1.732636182022311,
+    1.7373338352737062, 1.7420442251551564, 1.746767386199169, 1.7515033530318782,
+    1.7562521603732995, 1.761013843037584, 1.7657884359332727, 1.7705759740635547,
+    1.7753764925265212, 1.7801900265154245, 1.785016611318935, 1.789856282321401,
+    1.7947090750031072, 1.7995750249405351, 1.804454167806624, 1.809346539371032,
+    1.8142521755003989, 1.8191711121586085, 1.8241033854070534, 1.8290490314048973,
+    1.8340080864093424, 1.8389805867758937, 1.843966568958626, 1.8489660695104508,
+    1.8539791250833855, 1.8590057724288205, 1.864046048397789, 1.8690999899412386,
+    1.8741676341103, 1.8792490180565602, 1.8843441790323345, 1.8894531543909392,
+    1.8945759815869656, 1.8997126981765553, 1.9048633418176741, 1.9100279502703899,
+    1.9152065613971474, 1.9203992131630474, 1.925605943636125, 1.930826790987627,
+    1.9360617934922943, 1.9413109895286405, 1.9465744175792332, 1.9518521162309783,
+    1.9571441241754002, 1.9624504802089273, 1.9677712232331759, 1.9731063922552343,
+    1.978456026387951, 1.9838201648502194, 1.9891988469672663, 1.9945921121709402,
+};
 
-// e^x rounded once from a double evaluation good to about 2^-46: correctly rounded but for
+// e^x rounded once from a double evaluation good to about 2^-51: correctly rounded but for
 // vanishingly rare arguments, so it agrees with a (nearly) correctly rounded host expf.
-// x = n ln2 + r, |r| <= ln2/2; e^r by its Taylor series to degree 11 (remainder < 2^-47).
+// x = (256m + j) ln2/256 + r with |r| <= ln2/512 (+ the rounding of k = 256m + j):
+// e^x = 2^m 2^(j/256) e^r, e^r by a degree-4 Taylor polynomial (remainder < 2^-54; 1/6 and
+// 1/24 held to 21 bits, 2^-52 at most), 2^(j/256) from the table, 2^m added to the exponent.
+// ln2/256 is split in three parts of 21 bits (k times each is exact for |k| < 2^16), so every
+// constant is a DFMA immediate. x is clamped to [-110, 100] first: e^-110 rounds to 0 (below
+// half the smallest subnormal), e^100 to infinity.
 __device__ __forceinline__ float exp_ref(float x) {
-  if (!(x > -110.0f)) return isnan(x) ? x : 0.0f;      // below half the smallest subnormal
-  if (x > 100.0f) return __int_as_float(0x7f800000);  // above FLT_MAX (and +inf)
-  const double xd = x;
-  const double n = rint(xd * 1.4426950408889634);
-  const double r = fma(-n, 0.6931471805599453, xd);
-  double p = kExpTaylor[0];
-#pragma unroll
-  for (int i = 1; i < 12; ++i) p = fma(p, r, kExpTaylor[i]);
-  const double scale = __hiloint2double((int(n) + 1023) << 20, 0);  // 2^n, n in [-159, 145]
-  return __double2float_rn(p * scale);
+  constexpr double kLn2Hi = 0.0027076061815023422, kLn2Mid = -7.440055516116928e-12, kLn2Lo = -3.430930113910695e-19;
+  constexpr double kSixth = 0.16666662693023682, kTwentyFourth = 0.041666656732559204;
+  const float xc = fminf(fmaxf(x, -110.0f), 100.0f);
+  const int k = __float2int_rn(__fmul_rn(xc, 369.3299304675746f));  // x 256/ln2 to the nearest, |k| < 2^16
+  const double kd = k;
+  const double r = fma(-kd, kLn2Lo, fma(-kd, kLn2Mid, fma(-kd, kLn2Hi, double(xc))));
+  double p = kTwentyFourth;
+  p = fma(p, r, kSixth);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  const double e = __ldg(kExp2Table + (k & 255)) * p;  // in [0.99, 2): normal, so 2^m goes into its exponent
+  const double scaled = __hiloint2double(__double2hiint(e) + (k >> 8) * 0x100000, __double2loint(e));
+  const float result = __double2float_rn(scaled);
+  return isnan(x) ? x : result;
 }
 
-// 1 / (1 + e^-x) with IEEE division: for x > -64 the denominator lies in [1, 2^93) and the
-// quotient above 2^-93, where divide_steps gives __fdiv_rn's quotient without its range check.
+// 1 / (1 + e^-x) with IEEE division: for x > -64 the denominator d lies in [1, 2^93) and the
+// quotient above 2^-93, where divide_steps gives __fdiv_rn's quotient without its range check
+// (with numerator 1: q = y, and the positive result needs no sign fix).
+__device__ __forceinline__ float reciprocal_steps(float d) {
+  const float y = refined_reciprocal(d);
+  return __fmaf_rn(y, __fmaf_rn(-d, y, 1.0f), y);
+}
 __device__ __forceinline__ float sigmoid_ref(float x) {
   const float d = __fadd_rn(1.0f, exp_ref(-x));
-  return x > -64.0f ? divide_steps(1.0f, d, refined_reciprocal(d)) : __fdiv_rn(1.0f, d);
+  return x > -64.0f ? reciprocal_steps(d) : __fdiv_rn(1.0f, d);
 }
 
 // Index of the best (key, lower expert) over the warp; every lane gets it.
@@ -142,11 +218,88 @@ __device__ __forceinline__ void segment_top2(std::uint32_t& best, std::uint32_t&
 
 // ---- where a lane's scores live -------------------------------------------------------
 
+// Puts (key[j], expert[j]) after (key[i], expert[i]) unless it ranks higher: a larger key, or
+// the same key and a lower expert.
+__device__ __forceinline__ void order_pair(std::uint32_t (&key)[4], int (&expert)[4], int i, int j) {
+  const bool swap = key[j] > key[i] || (key[j] == key[i] && expert[j] < expert[i]);
+  const std::uint32_t ki = key[i];
+  const int ei = expert[i];
+  key[i] = swap ? key[j] : ki, key[j] = swap ? ki : key[j];
+  expert[i] = swap ? expert[j] : ei, expert[j] = swap ? ei : expert[j];
+}
+
+// k rounds of warp argmax over `keys` (anything with count / k / expert / remove); slot j's
+// expert goes to selected[j]. Four keys per lane are sorted once (a five-pair network), so a
+// round reads each lane's head and only the winner moves its next key up; otherwise every
+// round scans the lane's keys and the owner clears the winner's.
+template <class Keys>
+constexpr bool four_keys_per_lane() {
+  if constexpr (Keys::kFixed) return Keys::count() == 4;
+  return false;
+}
+
+template <class Keys>
+__device__ void select_experts(Keys& keys, int top_k, std::int32_t* selected, int lane) {
+  if constexpr (four_keys_per_lane<Keys>()) {
+    std::uint32_t key[4];
+    int expert[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) key[i] = keys.k(i), expert[i] = keys.expert(i);
+    order_pair(key, expert, 0, 1);
+    order_pair(key, expert, 2, 3);
+    order_pair(key, expert, 0, 2);
+    order_pair(key, expert, 1, 3);
+    order_pair(key, expert, 1, 2);
+    for (int j = 0; j < top_k; ++j) {
+      const int win = warp_argmax(key[0], expert[0]);
+      if (expert[0] == win) {  // the winner's lane (or one whose keys are all spent: no harm)
+        key[0] = key[1], key[1] = key[2], key[2] = key[3], key[3] = 0;
+        expert[0] = expert[1], expert[1] = expert[2], expert[2] = expert[3];
+      }
+      if (lane == 0) selected[j] = win;
+    }
+  } else {
+    for (int j = 0; j < top_k; ++j) {
+      std::uint32_t bk = 0;
+      int be = 0;
+#pragma unroll
+      for (int i = 0; i < keys.count(); ++i)
+        if (keys.k(i) > bk) bk = keys.k(i), be = keys.expert(i);
+      const int win = warp_argmax(bk, be);
+      keys.remove(win);  // the owner lane alone reads that key again
+      if (lane == 0) selected[j] = win;
+    }
+  }
+  __syncwarp();
+}
+
+// N keys per lane of consecutive experts first, first + 1, ...: the kept groups' candidates
+// packed into fewer registers than the whole row's (sigmoid_bias_grouped).
+template <int N>
+struct PackedKeys {
+  static constexpr bool kFixed = true;
+  std::uint32_t key[N];
+  int first;
+
+  __device__ static constexpr int count() { return N; }
+  __device__ int expert(int i) const { return first + i; }
+  __device__ std::uint32_t& k(int i) { return key[i]; }
+  __device__ void remove(int winner) {
+    const int at = winner - first;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (at == i) key[i] = 0;
+  }
+};
+
+
 // V scores per lane in registers; element i of lane l is expert (i/W)*32W + l*W + i%W, so
 // each load of W experts is one vector per lane. Experts past E are padding (key 0).
 template <int V, int W>
 struct RegisterScores {
   static_assert(V % W == 0, "whole vectors per lane");
+  static constexpr int kWidth = W;  // consecutive experts per vector
+  static constexpr bool kFixed = true;  // count() is known at compile time
   float value[V];
   std::uint32_t key[V];
   int lane;
@@ -161,12 +314,14 @@ struct RegisterScores {
       if (expert(i) == winner) key[i] = 0;
   }
 
-  // sigmoid_bias_grouped's group limit when every group is a run of whole vectors over lanes
-  // that form an aligned power-of-two segment (DeepSeek-V3: 32 experts = 8 lanes x 4): group
-  // top-2 by shuffles inside the segments, all groups at once, then the topk_group best groups
-  // by warp argmax. The keys are the choice values' (sigmoid + bias). Clears the keys outside
-  // the kept groups; false when the shape does not fit.
-  __device__ bool keep_best_groups_in_segments(const KernelParams& p) {
+  // sigmoid_bias_grouped when every group is a run of whole vectors over lanes that form an
+  // aligned power-of-two segment (DeepSeek-V3: 32 experts = 8 lanes x 4): group top-2 by
+  // shuffles inside the segments, all groups at once, the topk_group best groups by warp
+  // argmax, then the k rounds. The keys are the choice values' (sigmoid + bias). When the kept
+  // groups fit in one vector per lane (DeepSeek-V3: 4 groups x 8 lanes), segment s takes the
+  // s-th kept group's keys by shuffles and the rounds scan W keys instead of V; otherwise the
+  // keys outside the kept groups are cleared. False (nothing selected) when the shape does not fit.
+  __device__ bool select_in_best_groups(const KernelParams& p, std::int32_t* selected) {
     const int group_size = p.group_size;
     const int seg = group_size / W;  // lanes per group
     if (group_size % W != 0 || seg < 1 || seg > 32 || (seg & (seg - 1)) != 0 || p.n_group > 32) return false;
@@ -198,11 +353,35 @@ struct RegisterScores {
       for (int c = 0; c < V / W; ++c)
         if (c * groups_per_chunk + lane_group == win) group_key[c] = 0;
     }
+    if (p.topk_group <= groups_per_chunk) {
+      // The lane_group-th kept group (in group order): chunk g / groups_per_chunk of the lane at
+      // the same place in segment g % groups_per_chunk.
+      std::uint32_t rest = kept;
+      for (int r = 0; r < lane_group; ++r) rest &= rest - 1;
+      const bool live = lane_group < p.topk_group;
+      const int g = live ? __ffs(rest) - 1 : 0;
+      const int chunk = g >> (5 - seg_shift);
+      const int source = ((g & (groups_per_chunk - 1)) << seg_shift) | (lane & (seg - 1));
+      PackedKeys<W> packed;
+#pragma unroll
+      for (int j = 0; j < W; ++j) packed.key[j] = 0;
+#pragma unroll
+      for (int c = 0; c < V / W; ++c)
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const std::uint32_t k = __shfl_sync(kFullMask, key[c * W + j], source);
+          if (live && chunk == c) packed.key[j] = k;
+        }
+      packed.first = g * group_size + (lane & (seg - 1)) * W;
+      select_experts(packed, p.top_k, selected, lane);
+      return true;
+    }
 #pragma unroll
     for (int c = 0; c < V / W; ++c)
       if (!((kept >> (c * groups_per_chunk + lane_group)) & 1u))
 #pragma unroll
         for (int j = 0; j < W; ++j) key[c * W + j] = 0;
+    select_experts(*this, p.top_k, selected, lane);
     return true;
   }
 
@@ -226,6 +405,8 @@ struct RegisterScores {
 
 // Scores and keys in shared memory (any E): element i of lane l is expert i*32 + l.
 struct SharedScores {
+  static constexpr int kWidth = 1;
+  static constexpr bool kFixed = false;
   float* value;          // [E_pad] this warp's scores (aliases the weight source)
   std::uint32_t* key;    // [E_pad]
   int lane;
@@ -238,7 +419,7 @@ struct SharedScores {
   __device__ void remove(int winner) {
     if ((winner & 31) == lane) key[winner] = 0;
   }
-  __device__ bool keep_best_groups_in_segments(const KernelParams&) { return false; }
+  __device__ bool select_in_best_groups(const KernelParams&, std::int32_t*) { return false; }
 
   template <typename T>
   __device__ void load(const T* row, int experts) {
@@ -252,6 +433,50 @@ struct SharedScores {
 };
 
 // ---- one token ------------------------------------------------------------------------
+
+// N floats from or to shared memory, 16 bytes at a time where N allows (p aligned to N floats).
+template <int N>
+__device__ __forceinline__ void store_floats(float* p, const float (&v)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] = v[i];
+  }
+}
+// The e_score_correction_bias of expert e as f32.
+__device__ __forceinline__ float bias_at(const KernelParams& p, int e) {
+  return p.bias_bf16 ? bf16_to_f32(__ldg(static_cast<const std::uint16_t*>(p.bias) + e))
+                     : __ldg(static_cast<const float*>(p.bias) + e);
+}
+
+// The bias of experts e0 .. e0 + N - 1: vector loads where N is 4 or 8 (e0 a multiple of N, the
+// bias 16-byte aligned: the host's condition for such kernels), cached in L1 for the next tokens.
+template <int N>
+__device__ __forceinline__ void load_bias(const KernelParams& p, int e0, float (&v)[N]) {
+  if constexpr (N == 4 || N == 8) {
+    if (p.bias_bf16) {
+      const std::uint16_t* b = static_cast<const std::uint16_t*>(p.bias) + e0;
+      if constexpr (N == 8) {
+        unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(b)), v);
+      } else {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(b));
+        v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
+        v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 q = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.bias) + e0 + i));
+        v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = bias_at(p, e0 + i);
+  }
+}
 
 // This warp's shared memory: weight source [E_pad] | keys [E_pad] (shared path) |
 // selected ids [k] | selected weights [k] | group keys [n_group] | kept groups [n_group].
@@ -317,7 +542,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source)
 
 // DeepSeek-V3's group limit: a group scores the sum of its two best choice values
 // (sigmoid + bias); the topk_group best groups stay eligible. Marks kept[g].
-__device__ inline void keep_best_groups(const KernelParams& p, const float* source, const float* bias,
+__device__ inline void keep_best_groups(const KernelParams& p, const float* source,
                                  const WarpScratch& w, int lane) {
   const int group_size = p.group_size;
   for (int g = 0; g < p.n_group; ++g) {
@@ -326,7 +551,7 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
     float c1 = 0.0f, c2 = 0.0f;
     for (int m = lane; m < group_size; m += 32) {
       const int e = g * group_size + m;
-      const float c = __fadd_rn(source[e], bias[e]);
+      const float c = __fadd_rn(source[e], bias_at(p, e));
       const std::uint32_t key = rank_key(c);
       if (key > k1) {
         k2 = k1, e2 = e1, c2 = c1;
@@ -368,7 +593,7 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
 
 // Routes one token whose logits `sc` holds.
 template <class Scores>
-__device__ void route_token(Scores& sc, const KernelParams& p, const float* bias, const WarpScratch& w,
+__device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch& w,
                             int token) {
   const int lane = sc.lane;
   const RoutingMethod method = p.method;
@@ -386,17 +611,53 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
     case RoutingMethod::sigmoid_bias_grouped:
     case RoutingMethod::sigmoid_bias_renorm: {
       const bool biased = method == RoutingMethod::sigmoid_bias_grouped || method == RoutingMethod::sigmoid_bias_renorm;
+      constexpr int kW = Scores::kWidth;  // a vector of experts: all of them exist or none
+      if constexpr (Scores::kFixed) {
+        // Every score of the lane with no branch between them, so the exponentials' dependent
+        // double chains interleave: d = 1 + e^-x, then 1/d by reciprocal_steps, or by IEEE
+        // division for all of them where some x is -64 or below (or NaN): the same quotients.
+        constexpr int kCount = Scores::count();
+        float s[kCount];
+        bool steps = true;
 #pragma unroll
-      for (int i = 0; i < sc.count(); ++i) {
-        const int e = sc.expert(i);
-        if (e >= p.experts) {
-          sc.k(i) = 0;
-          continue;
+        for (int i = 0; i < kCount; ++i) {
+          s[i] = __fadd_rn(1.0f, exp_ref(-sc.val(i)));
+          steps &= sc.val(i) > -64.0f;
         }
-        const float s = sigmoid_ref(sc.val(i));
-        sc.val(i) = s;
-        w.source[e] = s;
-        sc.k(i) = rank_key(biased ? __fadd_rn(s, bias[e]) : s);
+        if (steps) {
+#pragma unroll
+          for (int i = 0; i < kCount; ++i) s[i] = reciprocal_steps(s[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kCount; ++i) s[i] = __fdiv_rn(1.0f, s[i]);
+        }
+#pragma unroll
+        for (int c = 0; c < kCount / kW; ++c) {
+          const int e0 = sc.expert(c * kW);
+          float v[kW], b[kW] = {};
+#pragma unroll
+          for (int j = 0; j < kW; ++j) v[j] = s[c * kW + j];
+          if (e0 < p.experts) {
+            store_floats(w.source + e0, v);
+            if (biased) load_bias(p, e0, b);
+          }
+#pragma unroll
+          for (int j = 0; j < kW; ++j) {
+            sc.val(c * kW + j) = v[j];
+            sc.k(c * kW + j) = e0 >= p.experts ? 0u : rank_key(biased ? __fadd_rn(v[j], b[j]) : v[j]);
+          }
+        }
+      } else {
+        for (int i = 0; i < sc.count(); ++i) {
+          const int e = sc.expert(i);
+          if (e >= p.experts) {
+            sc.k(i) = 0;
+            continue;
+          }
+          const float v = sigmoid_ref(sc.val(i));
+          sc.val(i) = v;  // the weight source itself
+          sc.k(i) = rank_key(biased ? __fadd_rn(v, bias_at(p, e)) : v);
+        }
       }
       break;
     }
@@ -411,9 +672,10 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
   }
   __syncwarp();
 
-  if (method == RoutingMethod::sigmoid_bias_grouped) {
-    if (!sc.keep_best_groups_in_segments(p)) {
-      keep_best_groups(p, w.source, bias, w, lane);
+  // Selection: the group limit first where the method has one, then k rounds of warp argmax.
+  if (method != RoutingMethod::sigmoid_bias_grouped || !sc.select_in_best_groups(p, w.selected)) {
+    if (method == RoutingMethod::sigmoid_bias_grouped) {
+      keep_best_groups(p, w.source, w, lane);
       const int group_size = p.group_size;
 #pragma unroll
       for (int i = 0; i < sc.count(); ++i) {
@@ -421,20 +683,8 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const float* bias
         if (e < p.experts && !w.kept[e / group_size]) sc.k(i) = 0;
       }
     }
+    select_experts(sc, p.top_k, w.selected, lane);
   }
-
-  // Selection: k rounds of warp argmax.
-  for (int j = 0; j < p.top_k; ++j) {
-    std::uint32_t bk = 0;
-    int be = 0;
-#pragma unroll
-    for (int i = 0; i < sc.count(); ++i)
-      if (sc.k(i) > bk) bk = sc.k(i), be = sc.expert(i);
-    const int win = warp_argmax(bk, be);
-    sc.remove(win);  // the owner lane alone reads that key again
-    if (lane == 0) w.selected[j] = win;
-  }
-  __syncwarp();
 
   // Weights, in slot order.
   for (int j = lane; j < p.top_k; j += 32) {
@@ -491,28 +741,18 @@ __device__ __forceinline__ WarpScratch warp_scratch(float* base, const KernelPar
   return w;
 }
 
-__device__ __forceinline__ float* stage_bias(const KernelParams& p, float* shared) {
-  if (p.bias_floats == 0) return shared;
-  for (int e = threadIdx.x; e < p.experts; e += blockDim.x)
-    shared[e] = p.bias_bf16 ? bf16_to_f32(static_cast<const std::uint16_t*>(p.bias)[e])
-                            : static_cast<const float*>(p.bias)[e];
-  __syncthreads();
-  return shared;
-}
-
 // E <= 32V: V scores per lane in registers, loaded W at a time.
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
-  float* shared = reinterpret_cast<float*>(shared4);
-  const float* bias = stage_bias(p, shared);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
+  const WarpScratch w =
+      warp_scratch(reinterpret_cast<float*>(shared4) + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
   for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
     sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
-    route_token(sc, p, bias, w, t);
+    route_token(sc, p, w, t);
   }
 }
 
@@ -520,15 +760,13 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
 template <typename T>
 __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   extern __shared__ float4 shared4[];
-  float* shared = reinterpret_cast<float*>(shared4);
-  const float* bias = stage_bias(p, shared);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int experts_pad = (p.experts + 31) / 32 * 32;
-  const WarpScratch w = warp_scratch(shared + p.bias_floats + warp * p.warp_floats, p, experts_pad, true);
+  const WarpScratch w = warp_scratch(reinterpret_cast<float*>(shared4) + warp * p.warp_floats, p, experts_pad, true);
   SharedScores sc{w.source, w.keys, int(threadIdx.x & 31), experts_pad / 32};
   for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
     sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
-    route_token(sc, p, bias, w, t);
+    route_token(sc, p, w, t);
   }
 }
 
