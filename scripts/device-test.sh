@@ -6,7 +6,8 @@
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
 #   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu profile"  which steps (default: all but
 #     ncu and profile: per-SASS-instruction execution counts of MOEKIT_PROFILE_KERNELS, as CSV in $OUT)
-#   MOEKIT_TEST_FILTER='CudaRouting*'      the CUDA tests the tests step runs (default: all)
+#   MOEKIT_TEST_FILTER='CudaRouting*'      the CUDA tests the tests step runs (default: all), within
+#   MOEKIT_TEST_TIMEOUT seconds (default 1200; 124 = it ran out)
 #   MOEKIT_BENCH_AB="a/cuda_stages_bench b/cuda_stages_bench"   more stage benches, run in turn after
 #     the first (variants built elsewhere), each table printed under its path
 #   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs (racecheck:
@@ -52,17 +53,17 @@ tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; b
 gemm_status="not run"; layer_status="not run"; decode_status="not run"
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda"
-  "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*}" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
+  timeout "${MOEKIT_TEST_TIMEOUT:-1200}" "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*}" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
 fi
 if [[ " $steps " == *" bench "* ]]; then
   echo "== cuda_stages_bench"
-  "$bin/bench/cuda_stages_bench" >"$logs/bench.log" 2>&1
+  timeout 300 "$bin/bench/cuda_stages_bench" >"$logs/bench.log" 2>&1
   if [ $? -eq 0 ]; then bench_status="ran"; else bench_status="FAIL"; fi
   grep -v "^|" "$logs/bench.log" | tail -n 20
   for other in ${MOEKIT_BENCH_AB:-}; do
     echo "== $other"
-    "$other" 2>&1 | grep "^| [dq]" || bench_status="FAIL"
+    timeout 300 "$other" 2>&1 | grep "^| [dq]" || bench_status="FAIL"
   done
 fi
 

@@ -126,23 +126,27 @@ static __device__ const double kExp2Table[256] = {
 // e^x = 2^m 2^(j/256) e^r, e^r by a degree-4 Taylor polynomial (remainder < 2^-54; 1/6 and
 // 1/24 held to 21 bits, 2^-52 at most), 2^(j/256) from the table, 2^m added to the exponent.
 // ln2/256 is split in three parts of 21 bits (k times each is exact for |k| < 2^16), so every
-// constant is a DFMA immediate. x is clamped to [-110, 100] first: e^-110 rounds to 0 (below
-// half the smallest subnormal), e^100 to infinity.
-__device__ __forceinline__ float exp_ref(float x) {
+// constant is a DFMA immediate. exp_in_range takes x in [-110, 100] (elsewhere it returns
+// some number, and reads the table in bounds); exp_ref clamps x to that range first (e^-110
+// rounds to 0, below half the smallest subnormal; e^100 to infinity) and passes NaN.
+__device__ __forceinline__ float exp_in_range(float x) {
   constexpr double kLn2Hi = 0.0027076061815023422, kLn2Mid = -7.440055516116928e-12, kLn2Lo = -3.430930113910695e-19;
   constexpr double kSixth = 0.16666662693023682, kTwentyFourth = 0.041666656732559204;
-  const float xc = fminf(fmaxf(x, -110.0f), 100.0f);
-  const int k = __float2int_rn(__fmul_rn(xc, 369.3299304675746f));  // x 256/ln2 to the nearest, |k| < 2^16
+  const int k = __float2int_rn(__fmul_rn(x, 369.3299304675746f));  // x 256/ln2 to the nearest, |k| < 2^16
   const double kd = k;
-  const double r = fma(-kd, kLn2Lo, fma(-kd, kLn2Mid, fma(-kd, kLn2Hi, double(xc))));
+  const double r = fma(-kd, kLn2Lo, fma(-kd, kLn2Mid, fma(-kd, kLn2Hi, double(x))));
   double p = kTwentyFourth;
   p = fma(p, r, kSixth);
   p = fma(p, r, 0.5);
   p = fma(p, r, 1.0);
   p = fma(p, r, 1.0);
   const double e = __ldg(kExp2Table + (k & 255)) * p;  // in [0.99, 2): normal, so 2^m goes into its exponent
-  const double scaled = __hiloint2double(__double2hiint(e) + (k >> 8) * 0x100000, __double2loint(e));
-  const float result = __double2float_rn(scaled);
+  const unsigned high = unsigned(__double2hiint(e)) + (unsigned(k >> 8) << 20);  // wraps harmlessly out of range
+  const double scaled = __hiloint2double(int(high), __double2loint(e));
+  return __double2float_rn(scaled);
+}
+__device__ __forceinline__ float exp_ref(float x) {
+  const float result = exp_in_range(fminf(fmaxf(x, -110.0f), 100.0f));
   return isnan(x) ? x : result;
 }
 
@@ -251,12 +255,22 @@ __device__ void select_experts(Keys& keys, int top_k, std::int32_t* selected, in
     order_pair(key, expert, 1, 3);
     order_pair(key, expert, 1, 2);
     for (int j = 0; j < top_k; ++j) {
-      const int win = warp_argmax(key[0], expert[0]);
-      if (expert[0] == win) {  // the winner's lane (or one whose keys are all spent: no harm)
+      bool mine;
+      if constexpr (Keys::kLaneMajor) {
+        // Of the lanes whose head has the best key, the lowest holds the lowest expert: one
+        // redux.sync and a ballot, no second reduction for the expert.
+        const std::uint32_t best = __reduce_max_sync(kFullMask, key[0]);
+        mine = lane == __ffs(__ballot_sync(kFullMask, key[0] == best)) - 1;
+        if (mine) selected[j] = expert[0];
+      } else {
+        const int win = warp_argmax(key[0], expert[0]);
+        mine = expert[0] == win;  // the winner's lane (or one whose keys are all spent: no harm)
+        if (lane == 0) selected[j] = win;
+      }
+      if (mine) {
         key[0] = key[1], key[1] = key[2], key[2] = key[3], key[3] = 0;
         expert[0] = expert[1], expert[1] = expert[2], expert[2] = expert[3];
       }
-      if (lane == 0) selected[j] = win;
     }
   } else {
     for (int j = 0; j < top_k; ++j) {
@@ -278,6 +292,7 @@ __device__ void select_experts(Keys& keys, int top_k, std::int32_t* selected, in
 template <int N>
 struct PackedKeys {
   static constexpr bool kFixed = true;
+  static constexpr bool kLaneMajor = true;  // every expert of lane l is below those of lane l + 1
   std::uint32_t key[N];
   int first;
 
@@ -300,6 +315,7 @@ struct RegisterScores {
   static_assert(V % W == 0, "whole vectors per lane");
   static constexpr int kWidth = W;  // consecutive experts per vector
   static constexpr bool kFixed = true;  // count() is known at compile time
+  static constexpr bool kLaneMajor = V == W;  // one vector per lane: lane l holds experts lW .. lW + W - 1
   float value[V];
   std::uint32_t key[V];
   int lane;
@@ -340,19 +356,32 @@ struct RegisterScores {
       const int g = c * groups_per_chunk + lane_group;
       group_key[c] = (lane & (seg - 1)) == 0 && g < p.n_group ? rank_key(sum) : 0u;
     }
-    std::uint32_t kept = 0;
+    // topk_group rounds: the best group score by one redux.sync; a ballot finds its lane (only
+    // the segments' first lanes hold scores, one per chunk, and a lane's chunks go up in group
+    // order). Equal best scores on several lanes take a second reduction for the lower group.
+    std::uint32_t picked = 0;  // this lane's kept groups, as bits of the group mask
     for (int r = 0; r < p.topk_group; ++r) {
       std::uint32_t bk = 0;
-      int bg = 0;
+      int bc = 0;
 #pragma unroll
       for (int c = 0; c < V / W; ++c)
-        if (group_key[c] > bk) bk = group_key[c], bg = c * groups_per_chunk + lane_group;
-      const int win = warp_argmax(bk, bg);
-      kept |= 1u << win;
+        if (group_key[c] > bk) bk = group_key[c], bc = c;
+      const int bg = bc * groups_per_chunk + lane_group;
+      const std::uint32_t best = __reduce_max_sync(kFullMask, bk);
+      const unsigned tied = __ballot_sync(kFullMask, bk == best);
+      bool mine = lane == __ffs(tied) - 1;
+      if (__popc(tied) > 1) {  // warp-uniform: every lane takes part in the reduction
+        const int win = warp_argmax(bk, bg);
+        mine = bk == best && bg == win;
+      }
+      if (mine) {
+        picked |= 1u << bg;
 #pragma unroll
-      for (int c = 0; c < V / W; ++c)
-        if (c * groups_per_chunk + lane_group == win) group_key[c] = 0;
+        for (int c = 0; c < V / W; ++c)
+          if (c == bc) group_key[c] = 0;
+      }
     }
+    const std::uint32_t kept = __reduce_or_sync(kFullMask, picked);
     if (p.topk_group <= groups_per_chunk) {
       // The lane_group-th kept group (in group order): chunk g / groups_per_chunk of the lane at
       // the same place in segment g % groups_per_chunk.
@@ -614,22 +643,23 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
       constexpr int kW = Scores::kWidth;  // a vector of experts: all of them exist or none
       if constexpr (Scores::kFixed) {
         // Every score of the lane with no branch between them, so the exponentials' dependent
-        // double chains interleave: d = 1 + e^-x, then 1/d by reciprocal_steps, or by IEEE
-        // division for all of them where some x is -64 or below (or NaN): the same quotients.
+        // double chains interleave: d = 1 + e^-x, then 1/d by reciprocal_steps, for x in
+        // (-64, 100); where some x is outside (or NaN), sigmoid_ref for all of them: the same
+        // values.
         constexpr int kCount = Scores::count();
         float s[kCount];
         bool steps = true;
 #pragma unroll
         for (int i = 0; i < kCount; ++i) {
-          s[i] = __fadd_rn(1.0f, exp_ref(-sc.val(i)));
-          steps &= sc.val(i) > -64.0f;
+          s[i] = __fadd_rn(1.0f, exp_in_range(-sc.val(i)));
+          steps &= sc.val(i) > -64.0f && sc.val(i) < 100.0f;
         }
         if (steps) {
 #pragma unroll
           for (int i = 0; i < kCount; ++i) s[i] = reciprocal_steps(s[i]);
         } else {
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) s[i] = __fdiv_rn(1.0f, s[i]);
+          for (int i = 0; i < kCount; ++i) s[i] = sigmoid_ref(sc.val(i));
         }
 #pragma unroll
         for (int c = 0; c < kCount / kW; ++c) {
