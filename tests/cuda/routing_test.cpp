@@ -56,10 +56,10 @@ const RoutingMethod kMethods[] = {RoutingMethod::softmax_topk,        RoutingMet
                                   RoutingMethod::sigmoid_topk_renorm, RoutingMethod::sigmoid_bias_grouped,
                                   RoutingMethod::sigmoid_bias_renorm, RoutingMethod::top1_sigmoid};
 
-// Logits in [-4, 4); with `nans`, about 3% NaN and token 0 (when there is one) all NaN.
-Tensor make_logits(const Shape& s, DType dtype, bool nans, std::mt19937_64& rng) {
+// Logits in [-spread, spread); with `nans`, about 3% NaN and token 0 (when there is one) all NaN.
+Tensor make_logits(const Shape& s, DType dtype, bool nans, float spread, std::mt19937_64& rng) {
   Tensor t(dtype, {s.tokens, s.experts});
-  test::fill_uniform(t, -4.0f, 4.0f, rng);
+  test::fill_uniform(t, -spread, spread, rng);
   if (!nans) return t;
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (std::int64_t i = 0; i < t.numel(); ++i) {
@@ -74,7 +74,15 @@ struct Counts {
   std::int64_t weights = 0, exact = 0, max_ulp = 0;
 };
 
-void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType bias_dtype, bool nans,
+// How a case departs from the common one: NaN logits, logits over a wider range (sigmoids
+// outside the kernels' fast range), the bias one element past an aligned address.
+struct Variant {
+  bool nans = false;
+  float spread = 4.0f;
+  int bias_offset = 0;
+};
+
+void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType bias_dtype, const Variant& v,
                 std::mt19937_64& rng, Counts& counts) {
   RoutingConfig config;
   config.method = method;
@@ -83,9 +91,10 @@ void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType 
   config.topk_group = method == RoutingMethod::sigmoid_bias_grouped ? s.topk_group : 1;
   config.routed_scaling_factor = method == RoutingMethod::sigmoid_bias_grouped ? 2.5f : 1.5f;
   SCOPED_TRACE(std::string(to_string(method)) + " " + name(s) + " logits=" + std::string(to_string(logits_dtype)) +
-               " bias=" + std::string(to_string(bias_dtype)) + (nans ? " with NaN" : ""));
+               " bias=" + std::string(to_string(bias_dtype)) + (v.nans ? " with NaN" : "") +
+               " spread=" + std::to_string(v.spread) + " bias offset=" + std::to_string(v.bias_offset));
   const int k = config.top_k;
-  const Tensor logits = make_logits(s, logits_dtype, nans, rng);
+  const Tensor logits = make_logits(s, logits_dtype, v.nans, v.spread, rng);
   Tensor bias(bias_dtype, {s.experts});
   test::fill_uniform(bias, -0.5f, 0.5f, rng);
 
@@ -96,14 +105,15 @@ void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType 
   // GPU.
   cuda::routing::Problem problem{config, s.tokens, s.experts, logits_dtype, bias_dtype};
   ASSERT_TRUE(cuda::routing::can_implement(problem)) << cuda::routing::can_implement(problem).reason();
-  DeviceArray<std::uint8_t> d_logits(logits.nbytes()), d_bias(bias.nbytes());
+  const std::size_t bias_at = std::size_t(v.bias_offset) * dtype_size(bias_dtype);
+  DeviceArray<std::uint8_t> d_logits(logits.nbytes()), d_bias(bias_at + bias.nbytes());
   ASSERT_EQ(cudaMemcpy(d_logits.data(), logits.view().data, logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_bias.data(), bias.view().data, bias.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_bias.data() + bias_at, bias.view().data, bias.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
   DeviceArray<std::int32_t> d_ids{std::size_t(s.tokens * k)};
   DeviceArray<float> d_weights{std::size_t(s.tokens * k)};
   d_ids.poison();
   d_weights.poison();
-  cuda::routing::run(problem, {d_logits.data(), d_bias.data(), d_ids.data(), d_weights.data()}, {}, nullptr);
+  cuda::routing::run(problem, {d_logits.data(), d_bias.data() + bias_at, d_ids.data(), d_weights.data()}, {}, nullptr);
   test::sync_and_check();
   const std::vector<std::int32_t> gpu_ids = d_ids.download();
   const std::vector<float> gpu_weights = d_weights.download();
@@ -139,7 +149,7 @@ TEST(CudaRouting, EveryMethodMatchesTheCpu) {
       for (const DType logits_dtype : {DType::f32, DType::bf16}) {
         const bool biased = method == RoutingMethod::sigmoid_bias_grouped || method == RoutingMethod::sigmoid_bias_renorm;
         for (const DType bias_dtype : biased ? std::vector<DType>{DType::f32, DType::bf16} : std::vector<DType>{DType::f32}) {
-          check_case(method, s, logits_dtype, bias_dtype, false, rng, counts);
+          check_case(method, s, logits_dtype, bias_dtype, {}, rng, counts);
           if (HasFatalFailure()) return;
         }
       }
@@ -156,7 +166,37 @@ TEST(CudaRouting, NanLogitsRankBelowNumbers) {
   for (const RoutingMethod method : kMethods)
     for (const Shape& s : {Shape{65, 256, 8, 8, 4}, Shape{40, 60, 6, 6, 3}, Shape{20, 1000, 12, 8, 2}})
       for (const DType dtype : {DType::f32, DType::bf16}) {
-        check_case(method, s, dtype, DType::f32, true, rng, counts);
+        check_case(method, s, dtype, DType::f32, {true}, rng, counts);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Logits up to +-120: sigmoids of x <= -64 or x >= 100 leave the kernels' fast path (and
+// e^-x over- or underflows), next to ordinary ones in the same lane.
+TEST(CudaRouting, LargeLogitsMatchTheCpu) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Counts counts;
+  for (const RoutingMethod method : kMethods)
+    for (const Shape& s : {Shape{300, 256, 8, 8, 4}, Shape{200, 128, 8, 8, 4}, Shape{40, 60, 6, 6, 3}}) {
+      check_case(method, s, DType::f32, DType::f32, {false, 120.0f}, rng, counts);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// A bias that is not 16-byte aligned: the kernels read it a vector at a time only when it is.
+TEST(CudaRouting, MisalignedBiasMatchesTheCpu) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Counts counts;
+  for (const RoutingMethod method : {RoutingMethod::sigmoid_bias_grouped, RoutingMethod::sigmoid_bias_renorm})
+    for (const Shape& s : {Shape{300, 256, 8, 8, 4}, Shape{200, 128, 8, 8, 4}})
+      for (const DType bias_dtype : {DType::f32, DType::bf16}) {
+        check_case(method, s, DType::f32, bias_dtype, {false, 4.0f, 1}, rng, counts);
         if (HasFatalFailure()) return;
       }
 }
