@@ -186,7 +186,8 @@ TEST(CudaRouting, LargeLogitsMatchTheCpu) {
     }
 }
 
-// A bias that is not 16-byte aligned: the kernels read it a vector at a time only when it is.
+// A bias that is not 16-byte aligned (each block stages it in shared memory, where the lanes
+// read it a vector at a time).
 TEST(CudaRouting, MisalignedBiasMatchesTheCpu) {
   if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = test::fresh_seed();

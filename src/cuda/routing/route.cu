@@ -23,6 +23,8 @@ struct Launch {
 
 std::int64_t experts_pad(const Problem& p) { return (p.experts + 31) / 32 * 32; }
 
+std::int64_t bias_floats(const Problem& p) { return p.config.uses_bias() ? experts_pad(p) : 0; }
+
 // Shared floats one warp needs; the shared-memory path also keeps its keys there.
 std::int64_t warp_floats(const Problem& p, bool registers) {
   const std::int64_t floats = experts_pad(p) * (registers ? 1 : 2) + 2 * p.config.top_k + 2 * p.config.n_group;
@@ -33,8 +35,9 @@ Launch plan(const Problem& p) {
   Launch l;
   l.registers = p.experts <= kMaxRegisterExperts;
   const std::size_t per_warp = std::size_t(warp_floats(p, l.registers)) * sizeof(float);
-  l.warps = int(std::clamp<std::size_t>(kSharedLimit / per_warp, 1, kWarps));
-  l.shared_bytes = per_warp * std::size_t(l.warps);
+  const std::size_t fixed = std::size_t(kExpTableFloats + bias_floats(p)) * sizeof(float);
+  l.warps = int(std::clamp<std::size_t>((kSharedLimit - fixed) / per_warp, 1, kWarps));
+  l.shared_bytes = fixed + per_warp * std::size_t(l.warps);
   return l;
 }
 
@@ -66,12 +69,10 @@ void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const A
     launch(route_shared<T>, l, kp, kp.tokens, stream);
     return;
   }
-  // Whole vectors per lane: E a multiple of the vector width, rows aligned to it, the bias (read
-  // a vector at a time) 16-byte aligned.
+  // Whole vectors per lane: E a multiple of the vector width, rows aligned to it.
   const int per_lane = p.experts <= 128 ? 4 : p.experts <= 256 ? 8 : 16;
   const int width = std::min<int>(per_lane, 16 / int(sizeof(T)));
-  const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0 &&
-                      (!p.config.uses_bias() || reinterpret_cast<std::uintptr_t>(args.bias) % 16 == 0);
+  const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0;
   switch (per_lane) {
     case 4: launch_registers<T, 4>(l, kp, vector, stream); break;
     case 8: launch_registers<T, 8>(l, kp, vector, stream); break;
@@ -136,6 +137,7 @@ void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
   kp.method = p.config.method;
   kp.bias_bf16 = p.bias_dtype == DType::bf16;
   kp.warp_floats = int(warp_floats(p, l.registers));
+  kp.bias_floats = int(bias_floats(p));
   const cudaStream_t s = as_cuda(stream);
   if (p.logits_dtype == DType::f32) dispatch<float>(p, l, kp, args, s);
   else dispatch<std::uint16_t>(p, l, kp, args, s);

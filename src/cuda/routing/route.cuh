@@ -34,6 +34,7 @@ struct KernelParams {
   RoutingMethod method;
   bool bias_bf16;
   int warp_floats;       // shared floats per warp
+  int bias_floats;       // shared floats for the bias (0 without one)
 };
 
 // ---- ordering and math shared by every path -------------------------------------------
@@ -51,8 +52,9 @@ __device__ __forceinline__ float key_value(std::uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
-// 2^(j/256) for j = 0..255, each the nearest double: exp_ref's table (lanes read it at their own
-// indices, from L1).
+// 2^(j/256) for j = 0..255, each the nearest double: exp_ref's table. The kernels copy it to
+// shared memory (kExpTableFloats floats), where lanes read it at their own indices.
+constexpr int kExpTableFloats = 512;
 static __device__ const double kExp2Table[256] = {
     1.0, 1.0027112750502025, 1.0054299011128027, 1.0081558981184175,
     1.0108892860517005, 1.0136300849514894, 1.016378314910953, 1.019133996077738,
@@ -129,7 +131,7 @@ static __device__ const double kExp2Table[256] = {
 // constant is a DFMA immediate. exp_in_range takes x in [-110, 100] (elsewhere it returns
 // some number, and reads the table in bounds); exp_ref clamps x to that range first (e^-110
 // rounds to 0, below half the smallest subnormal; e^100 to infinity) and passes NaN.
-__device__ __forceinline__ float exp_in_range(float x) {
+__device__ __forceinline__ float exp_in_range(float x, const double* table = kExp2Table) {
   constexpr double kLn2Hi = 0.0027076061815023422, kLn2Mid = -7.440055516116928e-12, kLn2Lo = -3.430930113910695e-19;
   constexpr double kSixth = 0.16666662693023682, kTwentyFourth = 0.041666656732559204;
   const int k = __float2int_rn(__fmul_rn(x, 369.3299304675746f));  // x 256/ln2 to the nearest, |k| < 2^16
@@ -140,13 +142,13 @@ __device__ __forceinline__ float exp_in_range(float x) {
   p = fma(p, r, 0.5);
   p = fma(p, r, 1.0);
   p = fma(p, r, 1.0);
-  const double e = __ldg(kExp2Table + (k & 255)) * p;  // in [0.99, 2): normal, so 2^m goes into its exponent
+  const double e = table[k & 255] * p;  // in [0.99, 2): normal, so 2^m goes into its exponent
   const unsigned high = unsigned(__double2hiint(e)) + (unsigned(k >> 8) << 20);  // wraps harmlessly out of range
   const double scaled = __hiloint2double(int(high), __double2loint(e));
   return __double2float_rn(scaled);
 }
-__device__ __forceinline__ float exp_ref(float x) {
-  const float result = exp_in_range(fminf(fmaxf(x, -110.0f), 100.0f));
+__device__ __forceinline__ float exp_ref(float x, const double* table = kExp2Table) {
+  const float result = exp_in_range(fminf(fmaxf(x, -110.0f), 100.0f), table);
   return isnan(x) ? x : result;
 }
 
@@ -157,8 +159,8 @@ __device__ __forceinline__ float reciprocal_steps(float d) {
   const float y = refined_reciprocal(d);
   return __fmaf_rn(y, __fmaf_rn(-d, y, 1.0f), y);
 }
-__device__ __forceinline__ float sigmoid_ref(float x) {
-  const float d = __fadd_rn(1.0f, exp_ref(-x));
+__device__ __forceinline__ float sigmoid_ref(float x, const double* table = kExp2Table) {
+  const float d = __fadd_rn(1.0f, exp_ref(-x, table));
   return x > -64.0f ? reciprocal_steps(d) : __fdiv_rn(1.0f, d);
 }
 
@@ -474,42 +476,25 @@ __device__ __forceinline__ void store_floats(float* p, const float (&v)[N]) {
     for (int i = 0; i < N; ++i) p[i] = v[i];
   }
 }
-// The e_score_correction_bias of expert e as f32.
-__device__ __forceinline__ float bias_at(const KernelParams& p, int e) {
-  return p.bias_bf16 ? bf16_to_f32(__ldg(static_cast<const std::uint16_t*>(p.bias) + e))
-                     : __ldg(static_cast<const float*>(p.bias) + e);
-}
-
-// The bias of experts e0 .. e0 + N - 1: vector loads where N is 4 or 8 (e0 a multiple of N, the
-// bias 16-byte aligned: the host's condition for such kernels), cached in L1 for the next tokens.
 template <int N>
-__device__ __forceinline__ void load_bias(const KernelParams& p, int e0, float (&v)[N]) {
-  if constexpr (N == 4 || N == 8) {
-    if (p.bias_bf16) {
-      const std::uint16_t* b = static_cast<const std::uint16_t*>(p.bias) + e0;
-      if constexpr (N == 8) {
-        unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(b)), v);
-      } else {
-        const uint2 q = __ldg(reinterpret_cast<const uint2*>(b));
-        v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
-        v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
-      }
-    } else {
+__device__ __forceinline__ void load_floats(const float* p, float (&v)[N]) {
+  if constexpr (N % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < N; i += 4) {
-        const float4 q = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.bias) + e0 + i));
-        v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
-      }
+    for (int i = 0; i < N; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + i);
+      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = bias_at(p, e0 + i);
+    for (int i = 0; i < N; ++i) v[i] = p[i];
   }
 }
 
 // This warp's shared memory: weight source [E_pad] | keys [E_pad] (shared path) |
 // selected ids [k] | selected weights [k] | group keys [n_group] | kept groups [n_group].
 struct WarpScratch {
+  const double* exp_table;  // kExp2Table, in the block's shared memory
+  const float* bias;        // the bias as f32, in the block's shared memory (methods with one)
   float* source;
   std::uint32_t* keys;
   std::int32_t* selected;
@@ -537,7 +522,7 @@ __device__ __forceinline__ float serial_sum(const float* source, int n) {
 // p = softmax(x) over the valid experts, as cpu::softmax: max and sum skip NaN logits. A
 // number whose p is NaN (inf - inf) is added by the CPU, which makes its sum NaN.
 template <class Scores>
-__device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source) {
+__device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source, const double* exp_table) {
   float m = __int_as_float(0x7fffffff);  // NaN: no number yet
 #pragma unroll
   for (int i = 0; i < sc.count(); ++i)
@@ -549,7 +534,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source)
     const int e = sc.expert(i);
     if (e >= p.experts) continue;
     const float x = sc.val(i);
-    const float q = exp_ref(__fsub_rn(x, m));
+    const float q = exp_ref(__fsub_rn(x, m), exp_table);
     nan_sum |= !isnan(x) && isnan(q);
     sc.val(i) = q;
     source[e] = q;
@@ -571,7 +556,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source)
 
 // DeepSeek-V3's group limit: a group scores the sum of its two best choice values
 // (sigmoid + bias); the topk_group best groups stay eligible. Marks kept[g].
-__device__ inline void keep_best_groups(const KernelParams& p, const float* source,
+__device__ inline void keep_best_groups(const KernelParams& p, const float* source, const float* bias,
                                  const WarpScratch& w, int lane) {
   const int group_size = p.group_size;
   for (int g = 0; g < p.n_group; ++g) {
@@ -580,7 +565,7 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
     float c1 = 0.0f, c2 = 0.0f;
     for (int m = lane; m < group_size; m += 32) {
       const int e = g * group_size + m;
-      const float c = __fadd_rn(source[e], bias_at(p, e));
+      const float c = __fadd_rn(source[e], bias[e]);
       const std::uint32_t key = rank_key(c);
       if (key > k1) {
         k2 = k1, e2 = e1, c2 = c1;
@@ -631,7 +616,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
   switch (method) {
     case RoutingMethod::softmax_topk:
     case RoutingMethod::softmax_topk_renorm:
-      softmax_scores(sc, p, w.source);
+      softmax_scores(sc, p, w.source, w.exp_table);
 #pragma unroll
       for (int i = 0; i < sc.count(); ++i) sc.k(i) = sc.expert(i) < p.experts ? rank_key(sc.val(i)) : 0u;
       break;
@@ -651,7 +636,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
         bool steps = true;
 #pragma unroll
         for (int i = 0; i < kCount; ++i) {
-          s[i] = __fadd_rn(1.0f, exp_in_range(-sc.val(i)));
+          s[i] = __fadd_rn(1.0f, exp_in_range(-sc.val(i), w.exp_table));
           steps &= sc.val(i) > -64.0f && sc.val(i) < 100.0f;
         }
         if (steps) {
@@ -659,7 +644,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
           for (int i = 0; i < kCount; ++i) s[i] = reciprocal_steps(s[i]);
         } else {
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) s[i] = sigmoid_ref(sc.val(i));
+          for (int i = 0; i < kCount; ++i) s[i] = sigmoid_ref(sc.val(i), w.exp_table);
         }
 #pragma unroll
         for (int c = 0; c < kCount / kW; ++c) {
@@ -669,7 +654,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
           for (int j = 0; j < kW; ++j) v[j] = s[c * kW + j];
           if (e0 < p.experts) {
             store_floats(w.source + e0, v);
-            if (biased) load_bias(p, e0, b);
+            if (biased) load_floats(w.bias + e0, b);
           }
 #pragma unroll
           for (int j = 0; j < kW; ++j) {
@@ -684,9 +669,9 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
             sc.k(i) = 0;
             continue;
           }
-          const float v = sigmoid_ref(sc.val(i));
+          const float v = sigmoid_ref(sc.val(i), w.exp_table);
           sc.val(i) = v;  // the weight source itself
-          sc.k(i) = rank_key(biased ? __fadd_rn(v, bias_at(p, e)) : v);
+          sc.k(i) = rank_key(biased ? __fadd_rn(v, w.bias[e]) : v);
         }
       }
       break;
@@ -705,7 +690,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
   // Selection: the group limit first where the method has one, then k rounds of warp argmax.
   if (method != RoutingMethod::sigmoid_bias_grouped || !sc.select_in_best_groups(p, w.selected)) {
     if (method == RoutingMethod::sigmoid_bias_grouped) {
-      keep_best_groups(p, w.source, w, lane);
+      keep_best_groups(p, w.source, w.bias, w, lane);
       const int group_size = p.group_size;
 #pragma unroll
       for (int i = 0; i < sc.count(); ++i) {
@@ -719,7 +704,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
   // Weights, in slot order.
   for (int j = lane; j < p.top_k; j += 32) {
     const float v = w.source[w.selected[j]];
-    w.picked[j] = method == RoutingMethod::top1_sigmoid ? sigmoid_ref(v) : v;
+    w.picked[j] = method == RoutingMethod::top1_sigmoid ? sigmoid_ref(v, w.exp_table) : v;
   }
   __syncwarp();
   float divisor = 1.0f;  // 1: nothing to divide
@@ -731,7 +716,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
     float sum = 0.0f;  // adds exp(x - m) of every number x, NaN (inf - inf) included, as the CPU
     for (int j = 0; j < p.top_k; ++j) {
       const float x = w.picked[j];
-      if (!isnan(x)) sum = __fadd_rn(sum, exp_ref(__fsub_rn(x, m)));
+      if (!isnan(x)) sum = __fadd_rn(sum, exp_ref(__fsub_rn(x, m), w.exp_table));
     }
     divisor = sum;
     shift = m;
@@ -743,7 +728,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
   }
   for (int j = lane; j < p.top_k; j += 32) {
     float v = w.picked[j];
-    if (softmax_k) v = __fdiv_rn(exp_ref(__fsub_rn(v, shift)), divisor);
+    if (softmax_k) v = __fdiv_rn(exp_ref(__fsub_rn(v, shift), w.exp_table), divisor);
     else if (divisor != 1.0f && divisor != 0.0f) v = __fdiv_rn(v, divisor);
     const std::int64_t out = std::int64_t(token) * p.top_k + j;
     p.ids[out] = w.selected[j];
@@ -754,9 +739,11 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
 
 // ---- kernels --------------------------------------------------------------------------
 
-__device__ __forceinline__ WarpScratch warp_scratch(float* base, const KernelParams& p, int experts_pad,
-                                                    bool shared_keys) {
+__device__ __forceinline__ WarpScratch warp_scratch(const double* exp_table, const float* bias, float* base,
+                                                    const KernelParams& p, int experts_pad, bool shared_keys) {
   WarpScratch w;
+  w.exp_table = exp_table;
+  w.bias = bias;
   w.source = base;
   float* next = base + experts_pad;
   w.keys = reinterpret_cast<std::uint32_t*>(next);
@@ -771,13 +758,26 @@ __device__ __forceinline__ WarpScratch warp_scratch(float* base, const KernelPar
   return w;
 }
 
+// The block's shared memory: kExp2Table (kExpTableFloats floats) | the bias as f32 (bias_floats)
+// | each warp's scratch (warp_floats each). Returns this warp's scratch.
+__device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float* shared, bool shared_keys) {
+  double* table = reinterpret_cast<double*>(shared);
+  for (int j = threadIdx.x; j < kExpTableFloats / 2; j += blockDim.x) table[j] = kExp2Table[j];
+  float* bias = shared + kExpTableFloats;
+  for (int e = threadIdx.x; e < p.bias_floats && e < p.experts; e += blockDim.x)
+    bias[e] = p.bias_bf16 ? bf16_to_f32(__ldg(static_cast<const std::uint16_t*>(p.bias) + e))
+                          : __ldg(static_cast<const float*>(p.bias) + e);
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  return warp_scratch(table, bias, bias + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, shared_keys);
+}
+
 // E <= 32V: V scores per lane in registers, loaded W at a time.
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
+  const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const WarpScratch w =
-      warp_scratch(reinterpret_cast<float*>(shared4) + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, false);
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
   for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
@@ -790,10 +790,9 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
 template <typename T>
 __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   extern __shared__ float4 shared4[];
+  const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), true);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int experts_pad = (p.experts + 31) / 32 * 32;
-  const WarpScratch w = warp_scratch(reinterpret_cast<float*>(shared4) + warp * p.warp_floats, p, experts_pad, true);
-  SharedScores sc{w.source, w.keys, int(threadIdx.x & 31), experts_pad / 32};
+  SharedScores sc{w.source, w.keys, int(threadIdx.x & 31), (p.experts + 31) / 32};
   for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
     sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
     route_token(sc, p, w, t);
