@@ -1,11 +1,13 @@
 // Routing kernel: one warp per token.
 //   1. load the token's logits as f32 (each lane holds the experts of its columns)
 //   2. scores per method (softmax sums in expert order, as the CPU does: one lane-serial pass
-//      over shared memory), written to shared memory as the weight source
+//      over shared memory), written to shared memory as the weight source; exponentials in
+//      double from a 2^(j/256) table each block stages in shared memory (with the bias)
 //   3. selection keys: (score, expert) ordered high first, NaN below numbers, ties to the lower
 //      expert; sigmoid_bias_grouped first keeps the best groups (and packs their keys into
 //      fewer registers per lane where they fit)
-//   4. k rounds of warp argmax (two redux.sync per round)
+//   4. k rounds of warp argmax: with four keys per lane, sorted once and one redux.sync plus a
+//      ballot a round where experts go up with lanes; otherwise two redux.sync a round
 //   5. weights from the selected scores (renormalized in slot order), times the scaling factor
 // Every sum runs in the CPU's order; products feeding sums are rounded separately (no FMA).
 #pragma once
