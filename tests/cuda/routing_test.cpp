@@ -138,68 +138,71 @@ void check_case(RoutingMethod method, const Shape& s, DType logits_dtype, DType 
   }
 }
 
-TEST(CudaRouting, EveryMethodMatchesTheCpu) {
-  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+struct Case {
+  RoutingMethod method;
+  Shape shape;
+  DType logits, bias;
+  Variant variant;
+};
+
+// The cases in turn on one fresh seed, each against the CPU; stops at the first fatal failure.
+Counts check_cases(const std::vector<Case>& cases) {
   const std::uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   Counts counts;
+  for (const Case& c : cases) {
+    check_case(c.method, c.shape, c.logits, c.bias, c.variant, rng, counts);
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  return counts;
+}
+
+TEST(CudaRouting, EveryMethodMatchesTheCpu) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Case> cases;
   for (const RoutingMethod method : kMethods)
     for (const Shape& s : shapes())
       for (const DType logits_dtype : {DType::f32, DType::bf16}) {
         const bool biased = method == RoutingMethod::sigmoid_bias_grouped || method == RoutingMethod::sigmoid_bias_renorm;
-        for (const DType bias_dtype : biased ? std::vector<DType>{DType::f32, DType::bf16} : std::vector<DType>{DType::f32}) {
-          check_case(method, s, logits_dtype, bias_dtype, {}, rng, counts);
-          if (HasFatalFailure()) return;
-        }
+        cases.push_back({method, s, logits_dtype, DType::f32, {}});
+        if (biased) cases.push_back({method, s, logits_dtype, DType::bf16, {}});
       }
+  const Counts counts = check_cases(cases);
   std::printf("routing: %lld weights, %lld bit-identical, max %lld ulp\n", static_cast<long long>(counts.weights),
               static_cast<long long>(counts.exact), static_cast<long long>(counts.max_ulp));
 }
 
 TEST(CudaRouting, NanLogitsRankBelowNumbers) {
   if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  Counts counts;
+  std::vector<Case> cases;
   for (const RoutingMethod method : kMethods)
     for (const Shape& s : {Shape{65, 256, 8, 8, 4}, Shape{40, 60, 6, 6, 3}, Shape{20, 1000, 12, 8, 2}})
-      for (const DType dtype : {DType::f32, DType::bf16}) {
-        check_case(method, s, dtype, DType::f32, {true}, rng, counts);
-        if (HasFatalFailure()) return;
-      }
+      for (const DType dtype : {DType::f32, DType::bf16}) cases.push_back({method, s, dtype, DType::f32, {true}});
+  check_cases(cases);
 }
 
 // Logits up to +-120: sigmoids of x <= -64 or x >= 100 leave the kernels' fast path (and
 // e^-x over- or underflows), next to ordinary ones in the same lane.
 TEST(CudaRouting, LargeLogitsMatchTheCpu) {
   if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  Counts counts;
+  std::vector<Case> cases;
   for (const RoutingMethod method : kMethods)
-    for (const Shape& s : {Shape{300, 256, 8, 8, 4}, Shape{200, 128, 8, 8, 4}, Shape{40, 60, 6, 6, 3}}) {
-      check_case(method, s, DType::f32, DType::f32, {false, 120.0f}, rng, counts);
-      if (HasFatalFailure()) return;
-    }
+    for (const Shape& s : {Shape{300, 256, 8, 8, 4}, Shape{200, 128, 8, 8, 4}, Shape{40, 60, 6, 6, 3}})
+      cases.push_back({method, s, DType::f32, DType::f32, {false, 120.0f}});
+  check_cases(cases);
 }
 
 // A bias that is not 16-byte aligned (each block stages it in shared memory, where the lanes
 // read it a vector at a time).
 TEST(CudaRouting, MisalignedBiasMatchesTheCpu) {
   if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  Counts counts;
+  std::vector<Case> cases;
   for (const RoutingMethod method : {RoutingMethod::sigmoid_bias_grouped, RoutingMethod::sigmoid_bias_renorm})
     for (const Shape& s : {Shape{300, 256, 8, 8, 4}, Shape{200, 128, 8, 8, 4}})
-      for (const DType bias_dtype : {DType::f32, DType::bf16}) {
-        check_case(method, s, DType::f32, bias_dtype, {false, 4.0f, 1}, rng, counts);
-        if (HasFatalFailure()) return;
-      }
+      for (const DType bias_dtype : {DType::f32, DType::bf16})
+        cases.push_back({method, s, DType::f32, bias_dtype, {false, 4.0f, 1}});
+  check_cases(cases);
 }
 
 // Ties: bf16 logits on a coarse grid tie often; the lower expert must win, as on the CPU.
