@@ -236,15 +236,17 @@ __device__ __forceinline__ void order_pair(std::uint32_t (&key)[4], int (&expert
   expert[i] = swap ? expert[j] : ei, expert[j] = swap ? ei : expert[j];
 }
 
-// k rounds of warp argmax over `keys` (anything with count / k / expert / remove); slot j's
-// expert goes to selected[j]. Four keys per lane are sorted once (a five-pair network), so a
-// round reads each lane's head and only the winner moves its next key up; otherwise every
-// round scans the lane's keys and the owner clears the winner's.
+// Whether a lane holds exactly four keys, known at compile time.
 template <class Keys>
 constexpr bool four_keys_per_lane() {
   if constexpr (Keys::kFixed) return Keys::count() == 4;
   return false;
 }
+
+// k rounds of warp argmax over `keys` (anything with count / k / expert / remove); slot j's
+// expert goes to selected[j]. Four keys per lane are sorted once (a five-pair network), so a
+// round reads each lane's head and only the winner moves its next key up; otherwise every
+// round scans the lane's keys and the owner clears the winner's.
 
 template <class Keys>
 __device__ void select_experts(Keys& keys, int top_k, std::int32_t* selected, int lane) {
@@ -310,7 +312,6 @@ struct PackedKeys {
       if (at == i) key[i] = 0;
   }
 };
-
 
 // V scores per lane in registers; element i of lane l is expert (i/W)*32W + l*W + i%W, so
 // each load of W experts is one vector per lane. Experts past E are padding (key 0).
