@@ -141,7 +141,10 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
     c.experts = 32, c.hidden = 256, c.inter = 128, c.tokens = 200, c.top_k = 4;
     c.method = m;
     if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = 8, c.topk_group = 4;
-    if (m == RoutingMethod::top1_sigmoid) c.top_k = 1;
+    // top1_sigmoid routes each token once: 4x the tokens give it as many (token, expert) pairs
+    // as the k = 4 methods, so its measured FP8 error spreads as little as theirs (at T = 200 it
+    // crossed 5e-3 in 2 of 11 runs on the H200, 5.1e-3 and 5.6e-3; the others never did).
+    if (m == RoutingMethod::top1_sigmoid) c.top_k = 1, c.tokens = 800;
     const std::uint64_t seed = fresh_seed();
     SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
     const TestLayer lw = make_test_layer(c, seed);
