@@ -18,7 +18,7 @@
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/vec.cuh"
-#include "cuda/routing/route.cuh"
+#include "cuda/routing/route_math.cuh"
 #include "cuda_test_util.h"
 
 namespace moekit::cuda {
