@@ -62,6 +62,11 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
   // remainder of warps / steps_per_row, made once (no 64-bit division per step).
   const std::int64_t row_stride = warps / steps_per_row;
   const int step_stride = int(warps - row_stride * steps_per_row);
+  const auto advance = [&](std::int64_t& row, int& in_row, std::int64_t from_row, int from_in_row) {
+    row = from_row + row_stride;
+    in_row = from_in_row + step_stride;
+    if (in_row >= steps_per_row) in_row -= steps_per_row, ++row;
+  };
   const auto fetch = [&](std::int64_t t, int s, uint4 (&into)[kUnroll]) {
     const int g0 = s * 2 * kUnroll;
 #pragma unroll
@@ -80,9 +85,7 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) {
     if (i < steps) fetch(row[i], in_row[i], raw[i]);
-    row[i + 1] = row[i] + row_stride;
-    in_row[i + 1] = in_row[i] + step_stride;
-    if (in_row[i + 1] >= steps_per_row) in_row[i + 1] -= steps_per_row, ++row[i + 1];
+    advance(row[i + 1], in_row[i + 1], row[i], in_row[i]);
   }
   for (std::int64_t step = 0; step < steps; ++step) {
     if (step + kAhead < steps) fetch(row[kAhead], in_row[kAhead], raw[kAhead]);
@@ -115,9 +118,7 @@ __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
       row[i] = row[i + 1];
       in_row[i] = in_row[i + 1];
     }
-    row[kAhead] = row[kAhead - 1] + row_stride;
-    in_row[kAhead] = in_row[kAhead - 1] + step_stride;
-    if (in_row[kAhead] >= steps_per_row) in_row[kAhead] -= steps_per_row, ++row[kAhead];
+    advance(row[kAhead], in_row[kAhead], row[kAhead - 1], in_row[kAhead - 1]);
   }
 }
 
