@@ -5,7 +5,8 @@
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
 #   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu profile"  which steps (default: all but
-#     ncu and profile: per-SASS-instruction execution counts of MOEKIT_PROFILE_KERNELS, as CSV in $OUT)
+#     ncu and profile: per-SASS-instruction execution counts of MOEKIT_PROFILE_KERNELS, as CSV in $OUT,
+#     which scripts/sass_profile.py summarizes by opcode and region)
 #   MOEKIT_TEST_FILTER='CudaRouting*'      the CUDA tests the tests step runs (default: all), within
 #   MOEKIT_TEST_TIMEOUT seconds (default 1200; 124 = it ran out)
 #   MOEKIT_BENCH_AB="a/cuda_stages_bench b/cuda_stages_bench"   more stage benches, run in turn after
@@ -118,7 +119,7 @@ fi
 
 if [[ " $steps " == *" profile "* ]] && command -v ncu >/dev/null; then
   # Executed instructions per SASS line of the first launch whose mangled name matches.
-  for kernel in ${MOEKIT_PROFILE_KERNELS:-route_registersIfLi8 quantize_groupsILb0ELi2 activate_groupsILNS1_4EmitE0ELNS_10ActivationE0ELi3}; do
+  for kernel in ${MOEKIT_PROFILE_KERNELS:-route_registersIfLi8 quantize_groupsILb0ELi2 activate_groupsILNS1_4EmitE0ELNS_10ActivationE0E}; do
     echo "== profile $kernel"
     ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" -c 1 --section SourceCounters \
       --section InstructionStats --section SpeedOfLight -f -o "$logs/profile" "$bin/bench/cuda_stages_bench" >"$logs/profile.log" 2>&1
