@@ -22,24 +22,18 @@
 //      one scale, applied at the end as the CPU does); with two part buffers the next WGMMA runs
 //      while one is added; the stage goes back through its empty barrier once its WGMMAs are done
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
-#include "cuda/common/check.h"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
-#include "moekit/quant.h"
+#include "cuda/gemm/sm90_wgmma.cuh"
 
 namespace moekit::cuda::sm90 {
 namespace {
 
-constexpr int kTileN = 128;
-constexpr int kTileK = 128;  // one scale block per stage
+using namespace wgmma;
+
 constexpr int kPipelineBytes = 192 * 1024;
 
 // A tile of kRows rows: the consumer warpgroups, what each takes, and the stages that fit.
@@ -68,113 +62,6 @@ struct Shape {
     return kRows == 64 ? kConsumers : min(kConsumers, (rows - m0 + 63) / 64);
   }
 };
-
-static_assert(kBlock == kTileK, "a stage is one 128-K scale block");
-
-struct Params {
-  const float* a_scales;        // group e: [K/128, M_e] at offsets[e] * K/128
-  const std::int32_t* offsets;  // [groups + 1]
-  const std::int32_t* counts;   // [groups] rows that carry data; null: all of M_e
-  const float* w_scales;        // block: [groups, K/128, ceil(N/128)]; channel: [groups, K/128, N]
-  __nv_bfloat16* d;             // [rows, N]
-  int groups, n, k;
-};
-
-struct Tile {
-  int group, row0, m0, n0, rows, padded;  // row0 = offsets[group]; m0, n0 within the group
-};
-
-__device__ __forceinline__ int rows_of(const Params& p, int group) {
-  return p.counts ? p.counts[group] : p.offsets[group + 1] - p.offsets[group];
-}
-
-// The index-th tile of kRows rows, counting the tiles of every group in order; false when there
-// are fewer. One warp.
-template <int kRows>
-__device__ bool find_tile(const Params& p, int index, Tile& tile) {
-  const int lane = int(threadIdx.x % 32);
-  const int n_tiles = (p.n + kTileN - 1) / kTileN;
-  int seen = 0;
-  for (int base = 0; base < p.groups; base += 32) {
-    const int g = base + lane;
-    const int rows = g < p.groups ? rows_of(p, g) : 0;
-    const int tiles = (rows + kRows - 1) / kRows * n_tiles;
-    int inclusive = tiles;
-#pragma unroll
-    for (int step = 1; step < 32; step *= 2) {
-      const int v = __shfl_up_sync(~0u, inclusive, step);
-      if (lane >= step) inclusive += v;
-    }
-    const int total = __shfl_sync(~0u, inclusive, 31);
-    if (seen + total > index) {
-      const unsigned past = __ballot_sync(~0u, seen + inclusive > index);
-      const int owner = __ffs(int(past)) - 1;
-      const int before = __shfl_sync(~0u, inclusive - tiles, owner);
-      const int owner_rows = __shfl_sync(~0u, rows, owner);
-      const int m_tiles = (owner_rows + kRows - 1) / kRows;
-      const int u = index - seen - before;
-      tile.group = base + owner;
-      tile.row0 = p.offsets[tile.group];
-      tile.padded = p.offsets[tile.group + 1] - tile.row0;
-      tile.rows = owner_rows;
-      tile.m0 = u % m_tiles * kRows;
-      tile.n0 = u / m_tiles * kTileN;
-      return true;
-    }
-    seen += total;
-  }
-  return false;
-}
-
-__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(std::uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void barrier_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void barrier_expect_bytes(std::uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// A box of the 2-D tensor map at (x = K, y = row) into shared memory; completes bytes on bar.
-__device__ __forceinline__ void tma_load(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-
-// WGMMA shared-memory descriptor of a K-major tile with 128-byte rows, 128-byte swizzle:
-// 8-row atoms of 1024 bytes one after another (stride byte offset 1024).
-__device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) {
-  return std::uint64_t((address & 0x3FFFF) >> 4) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
-         (std::uint64_t(1) << 62);
-}
-
-// Keeps the compiler from moving accesses of the accumulator registers across the async WGMMA.
-template <int kN>
-__device__ __forceinline__ void pin(float (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
 
 // d = a (64x32, K-major shared) x b (32xN, K-major shared), from zero; f32, N/2 registers.
 template <int kN>
@@ -370,34 +257,6 @@ __global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    MOEKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    require(found == cudaDriverEntryPointSuccess && f != nullptr, "CUDA driver: cuTensorMapEncodeTiled not found");
-    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  });
-  return fn;
-}
-
-// rows x k e4m3, row-major, read in boxes of box_rows x 128 (out-of-bounds reads give zeros).
-CUtensorMap tile_map(const void* base, std::int64_t rows, std::int64_t k, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(k)};
-  const cuuint32_t box[2] = {kTileK, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_function()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
-                                       box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, "FP8 WGMMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
-  return map;
-}
-
 template <bool kChannel, int kRows>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kRows>;
@@ -416,12 +275,6 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
                  int(desc.groups), int(desc.n), int(desc.k)};
   fp8_wgmma<kChannel, kRows><<<unsigned(blocks), S::kThreads, S::kSmemBytes, stream>>>(map_a, map_w, p);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
-}
-
-Status can_implement(const GroupedGemmDesc& desc) {
-  if (desc.groups * desc.n >= (std::int64_t(1) << 31))
-    return Status::no("groups x N: too many W rows for the tensor map, given " + std::to_string(desc.groups * desc.n));
-  return Status::ok();
 }
 
 }  // namespace
