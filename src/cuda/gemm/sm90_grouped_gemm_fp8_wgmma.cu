@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
   float* scale_w = scale_a + kStages * kRows;
   __shared__ int found;
   const std::uint32_t full = smem_address(bars), empty = full + kStages * 8;
+  const Ring ring{tiles, full, empty, scale_a, scale_w, kStages, kStageBytes, S::kTileABytes};
 
   if (threadIdx.x < 32) {
     Tile t{};
@@ -134,46 +135,12 @@ __global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
   if (!found) return;
   const Tile t = *shared_tile;
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
-  const int n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
-  const float* w_scale =
-      p.w_scales + std::size_t(t.group) * k_blocks * (kChannel ? p.n : n_blocks) + (kChannel ? 0 : t.n0 / kTileN);
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
     if (threadIdx.x >= 32) return;
-    // Warp 0: lane 0 issues the TMA; with block scales, the warp also copies the stage's scales
-    // into shared memory (loaded a block ahead), so that the consumers never wait on global loads.
-    const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
-    constexpr int kPerLane = kRows / 32;
-    float next_a[kPerLane], next_w = 0.0f;
-    auto load = [&](int kb) {
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int r = lane + 32 * i;
-        next_a[i] = t.m0 + r < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + r) : 0.0f;
-      }
-      next_w = __ldg(w_scale + std::size_t(kb) * n_blocks);
-    };
-    if (!kChannel) load(0);
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      const int s = kb % kStages;
-      barrier_wait(empty + 8 * s, ((kb / kStages) & 1) ^ 1);
-      if (lane == 0) {
-        barrier_expect_bytes(full + 8 * s, kStageBytes);
-        const std::uint32_t a = tiles + std::uint32_t(s * kStageBytes);
-        tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, full + 8 * s);
-        tma_load(a + S::kTileABytes, &map_w, kb * kTileK, t.group * p.n + t.n0, full + 8 * s);
-      }
-      if (!kChannel) {
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) scale_a[s * kRows + lane + 32 * i] = next_a[i];
-        if (lane == 0) scale_w[s] = next_w;
-        if (kb + 1 < k_blocks) load(kb + 1);
-        __syncwarp();
-        if (lane == 0) barrier_arrive(full + 8 * s);
-      }
-    }
+    produce<kChannel, kRows>(map_a, map_w, p, t, ring);
     return;
   }
 
@@ -207,6 +174,7 @@ __global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
     for (int i = 0; i < kRegs; ++i) acc[i] += kChannel ? part[i] : (i % 4 < 2 ? s_lo : s_hi) * part[i];
   };
   // Channel: a row's one scale (repeated over the K blocks), applied at the end.
+  const float* w_scale = tile_w_scales<kChannel>(p, t);
   const float* row_scale = p.a_scales + std::size_t(t.row0) * k_blocks;
   const float row_lo = kChannel && lo < t.padded ? __ldg(row_scale + lo) : 0.0f;
   const float row_hi = kChannel && hi < t.padded ? __ldg(row_scale + hi) : 0.0f;

@@ -126,6 +126,66 @@ __device__ __forceinline__ void pin(float (&r)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// The tile's W scales: block scales [K/128, ceil(N/128)] from its column block; channel scales
+// [K/128, N] (the first K block's row holds each channel's one scale).
+template <bool kChannel>
+__device__ __forceinline__ const float* tile_w_scales(const Params& p, const Tile& t) {
+  const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
+  return p.w_scales + std::size_t(t.group) * k_blocks * (kChannel ? p.n : n_blocks) + (kChannel ? 0 : t.n0 / kTileN);
+}
+
+// The shared-memory ring of K-block stages: per stage the A (rows x 128) and W (128 x 128) FP8
+// tiles, and with block scales the tile's A scales and its W scale. full[s]: the stage is
+// loaded; empty[s]: its consumers are done with it.
+struct Ring {
+  std::uint32_t tiles, full, empty;  // shared addresses: stage s at tiles + s * stage_bytes; 8-byte barriers
+  float* scale_a;                    // [stages][rows]
+  float* scale_w;                    // [stages]
+  int stages, stage_bytes, a_bytes;  // a_bytes: the A tile's, the W tile after it
+};
+
+// Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the warp also copies
+// the stage's scales into shared memory (loaded a block ahead), so that the consumers never wait
+// on global loads.
+template <bool kChannel, int kRows>
+__device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p, const Tile& t,
+                                        const Ring& ring) {
+  const int lane = int(threadIdx.x % 32);
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int n_blocks = (p.n + kTileN - 1) / kTileN;
+  const float* w_scale = tile_w_scales<kChannel>(p, t);
+  const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
+  constexpr int kPerLane = kRows / 32;
+  float next_a[kPerLane], next_w = 0.0f;
+  auto load = [&](int kb) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int r = lane + 32 * i;
+      next_a[i] = t.m0 + r < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + r) : 0.0f;
+    }
+    next_w = __ldg(w_scale + std::size_t(kb) * n_blocks);
+  };
+  if (!kChannel) load(0);
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = kb % ring.stages;
+    barrier_wait(ring.empty + 8 * s, ((kb / ring.stages) & 1) ^ 1);
+    if (lane == 0) {
+      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
+      const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
+      tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
+      tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * p.n + t.n0, ring.full + 8 * s);
+    }
+    if (!kChannel) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) ring.scale_a[s * kRows + lane + 32 * i] = next_a[i];
+      if (lane == 0) ring.scale_w[s] = next_w;
+      if (kb + 1 < k_blocks) load(kb + 1);
+      __syncwarp();
+      if (lane == 0) barrier_arrive(ring.full + 8 * s);
+    }
+  }
+}
+
 // ---- host ----
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
