@@ -1,7 +1,7 @@
 // Times each CUDA stage op at T = 16384 for the DeepSeek-V3 and Qwen3-30B-A3B shapes and
 // prints µs, bytes moved (each input read once, each output written once), GB/s and the
 // share of the copy bandwidth measured in the same run (METHOD: CUDA events, warm-up, median
-// of 30 runs, the L2 flushed before each, random data).
+// of 30 runs, the L2 emptied before each by a read of 256 MB (MOEKIT_FLUSH=write: a memset), random data).
 //   cuda_stages_bench [tokens]
 #include <cuda_runtime.h>
 
@@ -74,19 +74,49 @@ void random_bf16(Buffer<std::uint16_t>& b, float lo, float hi, std::uint32_t see
 
 // ---- timing -------------------------------------------------------------------------------
 
+// Reads the flush buffer: afterwards the L2 holds its lines, clean. `sink` is written only for
+// a sum no fill makes, so the loads stay.
+__global__ void read_all(const uint4* p, std::size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// How the L2 is emptied before each timed run. read (default): a kernel reads a buffer larger
+// than the L2, which leaves it full of clean lines, so the timed op reads its inputs from DRAM
+// and writes back only its own data. write (MOEKIT_FLUSH=write, the method before 2026-12-01):
+// a memset of that buffer, which leaves the L2 full of dirty lines: the timed op then also
+// writes back up to an L2 of the memset's data (docs/PERF.md).
 struct Timer {
   Buffer<std::uint8_t> flush{std::size_t(256) << 20};  // > L2 (60 MB on H200)
+  Buffer<unsigned> sink{1};
+  bool write_flush = false;
   cudaEvent_t start{}, stop{};
   Timer() {
     MOEKIT_CUDA_CHECK(cudaEventCreate(&start));
     MOEKIT_CUDA_CHECK(cudaEventCreate(&stop));
+    MOEKIT_CUDA_CHECK(cudaMemset(flush.p, 0x5a, flush.n));
+    const char* mode = std::getenv("MOEKIT_FLUSH");
+    write_flush = mode != nullptr && std::string(mode) == "write";
   }
-  // Median µs of kRuns runs of `op` after 3 warm-ups, the L2 flushed before each run.
+  const char* flush_name() const { return write_flush ? "write (memset)" : "read"; }
+  void empty_l2(int run) {
+    if (write_flush) {
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(flush.p, run & 0xff, flush.n));
+    } else {
+      read_all<<<1024, 512>>>(reinterpret_cast<const uint4*>(flush.p), flush.n / sizeof(uint4), sink.p);
+      MOEKIT_CUDA_CHECK_LAUNCH("read_all");
+    }
+  }
+  // Median µs of kRuns runs of `op` after 3 warm-ups, the L2 emptied before each run.
   double median_us(const std::function<void()>& op) {
     for (int i = 0; i < 3; ++i) op();
     std::vector<double> us;
     for (int i = 0; i < kRuns; ++i) {
-      MOEKIT_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, flush.n));
+      empty_l2(i);
       MOEKIT_CUDA_CHECK(cudaEventRecord(start));
       op();
       MOEKIT_CUDA_CHECK(cudaEventRecord(stop));
@@ -212,9 +242,9 @@ int main(int argc, char** argv) {
     const std::int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 16384;
     cudaDeviceProp prop{};
     MOEKIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s, %d SMs, L2 %d MB; T=%lld\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
-                static_cast<long long>(tokens));
     Timer timer;
+    std::printf("device: %s, %d SMs, L2 %d MB; T=%lld; L2 flush: %s\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20, static_cast<long long>(tokens), timer.flush_name());
     {
       const std::size_t bytes = std::size_t(2) << 30;
       Buffer<std::uint8_t> a(bytes), b(bytes);

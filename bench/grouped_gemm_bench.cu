@@ -79,7 +79,8 @@ void run_case(const Case& c) {
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
   for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma,
-                        GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma}) {
+                        GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
+                        GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}) {
     if (tile == GemmTile::rows8_warp_mma && c.rows_per_group > 8) continue;  // decode only
     const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
     const moekit::cuda::GroupedGemmConfig config{tile};

@@ -257,7 +257,7 @@ void bench_problem(const Problem& p, const Args& args, const Settings& settings,
     BenchCase r;
     r.preset = p.name;
     r.quant = std::string(to_string(p.config.quant.scheme));
-    if (p.config.quant.accumulation == Fp8Accumulation::fast) r.quant += "+fast";
+    if (p.config.quant.accumulation != Fp8Accumulation::exact) r.quant += "+" + std::string(to_string(p.config.quant.accumulation));
     r.tokens = tokens;
     r.roof = roofline(p.config, in.host_ids.view());
     r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);

@@ -48,12 +48,12 @@ int cmd_explain(int argc, char** argv) {
   struct Gemm {
     const char* name;
     cuda::GroupedGemmDesc desc;
-    bool requantized;  // its output is quantized to FP8 next, and exact accumulation is asked for
+    bool requantized;  // its output is quantized to FP8 next
   };
-  const bool exact = kind != cuda::GemmKind::bf16 && config.quant.accumulation == Fp8Accumulation::exact;
-  for (const Gemm& g : {Gemm{"GEMM1", gemm1, exact}, Gemm{"GEMM2", gemm2, false}}) {
+  for (const Gemm& g : {Gemm{"GEMM1", gemm1, true}, Gemm{"GEMM2", gemm2, false}}) {
     const auto& [name, desc, requantized] = g;
-    const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, per_group, requantized);
+    const cuda::GemmChoice choice =
+        cuda::choose_gemm_config(desc, per_group, cuda::gemm_sums(kind, config.quant.accumulation, requantized));
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }

@@ -121,9 +121,9 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) 
 
 void apply_accumulation(MoEConfig& c, const Args& args) {
   const std::string v = args.get("fp8-accumulation", "exact");
-  if (v != "exact" && v != "fast")
-    throw UsageError("--fp8-accumulation: expected one of exact|fast, given '" + v + "'");
-  c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : Fp8Accumulation::exact;
+  if (v != "exact" && v != "fast" && v != "strict")
+    throw UsageError("--fp8-accumulation: expected one of exact|fast|strict, given '" + v + "'");
+  c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : v == "strict" ? Fp8Accumulation::strict : Fp8Accumulation::exact;
   as_usage([&] {
     validate(c);
     return 0;
@@ -132,8 +132,9 @@ void apply_accumulation(MoEConfig& c, const Args& args) {
 
 Flag accumulation_flag() {
   return {"fp8-accumulation", true,
-          "exact|fast: the CUDA FP8 GEMM1 sums at most 32 of K in the tensor core before f32 (exact, "
-          "default; meets DESIGN §8) or 128 (fast, as CUTLASS/DeepGEMM)"};
+          "exact|fast|strict: the CUDA FP8 GEMM1 sums at most 32 of K in the tensor core before f32 (exact, "
+          "default; meets DESIGN §8) or 128 (fast, as CUTLASS/DeepGEMM); strict: both GEMMs as f16 WGMMAs "
+          "on the FP8 values, f32-like sums (closest to the CPU, slower)"};
 }
 
 std::vector<Flag> problem_flags() {

@@ -61,7 +61,14 @@ std::string_view to_string(Activation v) { return enum_name(kActivations, v); }
 std::string_view to_string(QuantScheme v) { return enum_name(kQuantSchemes, v); }
 std::string_view to_string(RoutingMethod v) { return enum_name(kRoutingMethods, v); }
 std::string_view to_string(ScaleFormat v) { return v == ScaleFormat::f32 ? "f32" : "ue8m0"; }
-std::string_view to_string(Fp8Accumulation v) { return v == Fp8Accumulation::exact ? "exact" : "fast"; }
+std::string_view to_string(Fp8Accumulation v) {
+  switch (v) {
+    case Fp8Accumulation::exact: return "exact";
+    case Fp8Accumulation::fast: return "fast";
+    case Fp8Accumulation::strict: return "strict";
+  }
+  return "?";
+}
 std::string_view to_string(WeightPlacement v) {
   return v == WeightPlacement::output ? "output" : "input";
 }
@@ -97,7 +104,7 @@ std::string RoutingConfig::to_string() const {
 std::string QuantConfig::to_string() const {
   std::string s(moekit::to_string(scheme));
   if (scale_format == ScaleFormat::ue8m0) s += " (ue8m0 scales)";
-  if (accumulation == Fp8Accumulation::fast) s += " (fast accumulation)";
+  if (accumulation != Fp8Accumulation::exact) s += " (" + std::string(moekit::to_string(accumulation)) + " accumulation)";
   return s;
 }
 
@@ -153,7 +160,8 @@ void validate(const MoEConfig& c) {
   require(c.quant.scale_format == ScaleFormat::f32 || c.quant.scheme != QuantScheme::bf16,
           "scale_format: ue8m0 scales need an fp8 quant scheme, given bf16");
   require(c.quant.accumulation == Fp8Accumulation::exact || c.quant.scheme != QuantScheme::bf16,
-          "accumulation: fast FP8 accumulation needs an fp8 quant scheme, given bf16");
+          "accumulation: " + std::string(to_string(c.quant.accumulation)) +
+              " FP8 accumulation needs an fp8 quant scheme, given bf16");
   require(c.swiglu_limit > 0.0f,
           "swiglu_limit: expected > 0, given " + std::to_string(c.swiglu_limit));
 }

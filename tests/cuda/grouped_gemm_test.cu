@@ -166,6 +166,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m192_n128_wgmma ? "_wgmma192_"
                      : info.param.tile == GemmTile::m128_n128_wgmma ? "_wgmma128_"
                      : info.param.tile == GemmTile::m64_n128_wgmma ? "_wgmma64_"
+                     : info.param.tile == GemmTile::m128_n128_f16 ? "_f16_128_"
+                     : info.param.tile == GemmTile::m64_n128_f16 ? "_f16_64_"
                                                                    : "_m128_";
   return kind + tile + info.param.shape.name + (info.param.padding ? "_padded" : "");
 }
@@ -243,11 +245,12 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   }
   EXPECT_EQ(unwritten, 0) << "elements left unwritten (NaN poison) of " << got.size();
   // bf16 output: each element may differ by a rounding of the other accumulation order. The
-  // warp-MMA kernel (mma.sync) sums like the CPU: only f32 rounding differs, so an element's bf16
-  // rounding rarely flips (measured <= 6e-5). WGMMA sums at reduced precision even within one
-  // 32-wide K step: moekit's WGMMA kernels (f32 every 32) land near 4.4e-4, CUTLASS's (128) 6.4e-4.
+  // warp-MMA kernel (mma.sync) and the f16 WGMMA kernel sum like the CPU: only f32 rounding
+  // differs, so an element's bf16 rounding rarely flips (measured <= 6e-5). FP8 WGMMA sums at
+  // reduced precision even within one 32-wide K step: moekit's FP8 WGMMA kernels (f32 every 32)
+  // land near 4.4e-4, CUTLASS's (128) 6.4e-4.
   const double rel = std::sqrt(diff / std::max(norm, 1e-30));
-  const bool exact = c.tile == GemmTile::rows8_warp_mma;
+  const bool exact = c.tile == GemmTile::rows8_warp_mma || c.tile == GemmTile::m128_n128_f16 || c.tile == GemmTile::m64_n128_f16;
   RecordProperty("rel_err", std::to_string(rel));
   std::printf("rel_err %.3g\n", rel);
   EXPECT_LE(rel, exact ? 1.5e-4 : 4e-3) << desc.to_string() << " " << config.to_string();
@@ -263,7 +266,8 @@ std::vector<Case> all_cases() {
     for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
       for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
   for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
-    for (GemmTile tile : {GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma})
+    for (GemmTile tile : {GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
+                          GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
       if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
         for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
   // The warp-MMA kernel takes whole 128-K blocks and N % 16 == 0 (can_implement says so).

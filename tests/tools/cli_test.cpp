@@ -99,13 +99,16 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
 }
 
-TEST(ToolsCli, Fp8AccumulationIsExactOrFastAndNeedsAnFp8Scheme) {
+TEST(ToolsCli, Fp8AccumulationIsExactFastOrStrictAndNeedsAnFp8Scheme) {
   const Result bad = moekit("run --preset qwen3-30b-a3b --tokens 1 --fp8-accumulation sloppy");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("--fp8-accumulation: expected one of exact|fast, given 'sloppy'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--fp8-accumulation: expected one of exact|fast|strict, given 'sloppy'"), std::string::npos) << bad.err;
   const Result bf16 = moekit("run --preset qwen3-30b-a3b --tokens 1 --quant bf16 --fp8-accumulation fast");
   EXPECT_EQ(bf16.code, 2);
   EXPECT_NE(bf16.err.find("accumulation: fast FP8 accumulation needs an fp8 quant scheme"), std::string::npos) << bf16.err;
+  const Result strict = moekit("explain --preset deepseek-v3 --fp8-accumulation strict");
+  EXPECT_EQ(strict.code, 0) << strict.err;
+  EXPECT_NE(strict.out.find("quant=fp8-block (strict accumulation)"), std::string::npos) << strict.out;
   // The choice is checked against the quant the flags give, not the preset's (gpt-oss-120b: bf16).
   const Result requantized = moekit("explain --preset gpt-oss-120b --quant fp8-rowwise --fp8-accumulation fast");
   EXPECT_EQ(requantized.code, 0) << requantized.err;

@@ -47,6 +47,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m192_n128_wgmma: return "192x128 wgmma, f32 every 32 K";
     case GemmTile::m128_n128_wgmma: return "128x128 wgmma, f32 every 32 K";
     case GemmTile::m64_n128_wgmma: return "64x128 wgmma, f32 every 32 K";
+    case GemmTile::m128_n128_f16: return "128x128 f16 wgmma on fp8, f32 every 128 K";
+    case GemmTile::m64_n128_f16: return "64x128 f16 wgmma on fp8, f32 every 128 K";
   }
   return "?";
 }
@@ -59,7 +61,17 @@ std::string GroupedGemmDesc::to_string() const {
 
 std::string GroupedGemmConfig::to_string() const { return std::string(cuda::to_string(tile)); }
 
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, bool requantized) {
+GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized) {
+  if (kind == GemmKind::bf16) return GemmSums::tensor_core;
+  switch (accumulation) {
+    case Fp8Accumulation::exact: return requantized ? GemmSums::k32 : GemmSums::tensor_core;
+    case Fp8Accumulation::fast: return GemmSums::tensor_core;
+    case Fp8Accumulation::strict: return GemmSums::f32;
+  }
+  return GemmSums::tensor_core;
+}
+
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums) {
   const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows per group";
   // Decode: most groups empty or a row or two; the tiles below would be padding and one per SM.
   if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 &&
@@ -68,10 +80,15 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
   // Few rows per group (many experts): a 128-row tile would be mostly padding.
   const bool few = rows_per_group <= 64;
   const std::string tiles = few ? " <= 64: 64-row tiles waste less" : " > 64: 128-row tiles reuse W better";
-  // FP8 output that is requantized: moekit's WGMMA kernel, f32 every 32 of K. Its 192-row tiles
-  // fit a group's rows to 64 (idle warpgroups leave); past a few hundred rows per group the
+  // f32-like sums: moekit's f16 WGMMA kernel on the FP8 values.
+  if (sums == GemmSums::f32) {
+    const GemmTile tile = few ? GemmTile::m64_n128_f16 : GemmTile::m128_n128_f16;
+    if (cuda::can_implement(desc, {tile})) return {{tile}, rows + tiles + "; strict: f16 WGMMA, f32-like sums"};
+  }
+  // At most 32 of K per promotion (requantized output): moekit's FP8 WGMMA kernel. Its 192-row
+  // tiles fit a group's rows to 64 (idle warpgroups leave); past a few hundred rows per group the
   // 128-row tiles, with two part buffers per warpgroup, are faster.
-  if (desc.kind != GemmKind::bf16 && requantized) {
+  if (sums == GemmSums::k32) {
     const GemmTile tile = few                     ? GemmTile::m64_n128_wgmma
                           : rows_per_group <= 384 ? GemmTile::m192_n128_wgmma
                                                   : GemmTile::m128_n128_wgmma;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moekit/config.h"
 #include "moekit/error.h"
 #include "moekit/tensor.h"
 
@@ -29,6 +30,8 @@ enum class GemmTile : std::uint8_t {
   m192_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8), 3 warpgroups
   m128_n128_wgmma,        // the same, 128-row tiles, 2 warpgroups
   m64_n128_wgmma,         // the same with 64-row tiles: few rows per group
+  m128_n128_f16,          // moekit's TMA + f16 WGMMA kernel on FP8 values, f32 every 128 of K, 2 warpgroups
+  m64_n128_f16,           // the same with 64-row tiles
 };
 
 std::string_view to_string(GemmKind kind);
@@ -74,10 +77,16 @@ struct GemmChoice {
   GroupedGemmConfig config;
   std::string reason;
 };
-// requantized: the GEMM's bf16 output is quantized to FP8 next (GEMM1 of an FP8 layer). A last-bit
-// difference there can become a whole FP8 step, so its sums must follow the CPU's f32 ones
-// closely: at most 32 of K in the tensor core (moekit's kernels), not CUTLASS's 128.
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, bool requantized);
+// How closely an FP8 GEMM's sums must follow the CPU's f32 ones. A GEMM whose bf16 output is
+// quantized to FP8 next (GEMM1 of an FP8 layer) turns a last-bit difference into a whole FP8 step
+// now and then:
+//   tensor_core  128 of K in the FP8 tensor core per f32 promotion (CUTLASS): GEMM2, fast GEMM1
+//   k32          at most 32 (moekit's FP8 WGMMA kernel): GEMM1 with exact accumulation
+//   f32          f16 WGMMAs on the FP8 values, f32-like sums (moekit's f16 kernel): strict
+enum class GemmSums : std::uint8_t { tensor_core, k32, f32 };
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, GemmSums sums);
+// The sums a layer's GEMM1 (requantized) or GEMM2 needs under its FP8 accumulation mode.
+GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized);
 
 Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);
 std::size_t workspace_size(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);

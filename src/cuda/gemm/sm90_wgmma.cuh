@@ -125,6 +125,11 @@ __device__ __forceinline__ void pin(float (&r)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+template <int kN>
+__device__ __forceinline__ void pin(std::uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
 
 // The tile's W scales: block scales [K/128, ceil(N/128)] from its column block; channel scales
 // [K/128, N] (the first K block's row holds each channel's one scale).

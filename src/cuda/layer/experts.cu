@@ -133,8 +133,9 @@ class Experts final : public core::ExpertsStage {
     const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows, data_rows};
     const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, data_rows};
     // GEMM1's output is requantized (FP8 schemes), GEMM2's is the result.
-    const bool exact = kind != GemmKind::bf16 && config_.quant.accumulation == Fp8Accumulation::exact;
-    return {{d1, choose_gemm_config(d1, per_group, exact).config}, {d2, choose_gemm_config(d2, per_group, false).config}};
+    const Fp8Accumulation a = config_.quant.accumulation;
+    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true)).config},
+            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false)).config}};
   }
 
  private:
