@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       found = ok;
       *shared_tile = t;
       for (int s = 0; s < kStages; ++s) {
-        barrier_init(full + 8 * s, kChannel ? 1 : 2);  // the TMA's bytes; and the block scales
-        barrier_init(empty + 8 * s, kConsumers * 4);   // one arrive per consumer warp
+        barrier_init(full + 8 * s, full_arrivals(kChannel));
+        barrier_init(empty + 8 * s, kConverters);      // one arrive per consumer thread
       }
       asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -279,8 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         into_hi = scale_a[s * kRows + local + 8] * scale_w[s];
       }
     }
-    __syncwarp();
-    if (lane == 0) barrier_arrive(empty + 8 * s);
+    barrier_arrive(empty + 8 * s);  // every thread, after its own reads
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   };
   auto converted = [] { asm volatile("bar.sync %0, %1;\n" ::"n"(kBarrierConverted), "n"(kConverters) : "memory"); };

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Shape<kRows>::kThreads, 1)
       found = ok;
       *shared_tile = t;
       for (int s = 0; s < kStages; ++s) {
-        barrier_init(full + 8 * s, kChannel ? 1 : 2);  // the TMA's bytes; and the block scales
+        barrier_init(full + 8 * s, full_arrivals(kChannel));
         barrier_init(empty + 8 * s, S::busy(t.m0, t.rows) * 4);  // one arrive per busy consumer warp
       }
       asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");

@@ -149,6 +149,11 @@ struct Ring {
   int stages, stage_bytes, a_bytes;  // a_bytes: the A tile's, the W tile after it
 };
 
+// Arrivals that fill a stage: lane 0's with the TMA's bytes, and with block scales one more per
+// producer lane after its scale stores (each lane releases its own stores: compute-sanitizer's
+// racecheck does not follow a __syncwarp before one lane's arrive).
+constexpr int full_arrivals(bool channel) { return channel ? 1 : 1 + 32; }
+
 // Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the warp also copies
 // the stage's scales into shared memory (loaded a block ahead), so that the consumers never wait
 // on global loads.
@@ -184,9 +189,8 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) ring.scale_a[s * kRows + lane + 32 * i] = next_a[i];
       if (lane == 0) ring.scale_w[s] = next_w;
+      barrier_arrive(ring.full + 8 * s);
       if (kb + 1 < k_blocks) load(kb + 1);
-      __syncwarp();
-      if (lane == 0) barrier_arrive(ring.full + 8 * s);
     }
   }
 }
