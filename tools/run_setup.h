@@ -33,7 +33,7 @@ struct RunSetup {
 
 // The flags that choose the problem (shared by run and explain).
 std::vector<Flag> problem_flags();
-// --fp8-accumulation exact|fast onto c (validated), and its flag.
+// --fp8-accumulation exact|fast|strict onto c (validated), and its flag.
 void apply_accumulation(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
 

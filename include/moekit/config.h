@@ -19,10 +19,9 @@ enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
 // FP8 (a last-bit difference there can become a whole FP8 step): the CUDA layer then meets
 // DESIGN §8's 5e-3 against the pipeline reference. fast: 128, as CUTLASS's blockwise mainloop and
 // DeepGEMM do: faster for large batches, about 5.2e-3 from the reference on an H200. GEMM2, whose
-// output is the result, sums 128 in both.
-// strict: both GEMMs as f16 WGMMAs on the FP8 values (e4m3 is exact in f16, and that tensor-core
-// path sums about as f32 does): 1.3e-3 from the reference at deepseek-v3 T=4096 (exact: 4.0e-3),
-// at a slower GEMM1 (docs/PERF.md).
+// output is the result, sums 128 in both. strict: both GEMMs as f16 WGMMAs on the FP8 values
+// (e4m3 is exact in f16, and that tensor-core path sums as f32 does): 2.5e-4 from the reference
+// at deepseek-v3 T=4096 (exact: 4.0e-3), at 38-47% more layer time there (docs/PERF.md).
 enum class Fp8Accumulation : std::uint8_t { exact, fast, strict };
 
 enum class RoutingMethod : std::uint8_t {
