@@ -138,67 +138,19 @@ struct AConversion {
 template <int kN, bool kAdd>
 __device__ __forceinline__ void wgmma_f16_k16(float (&d)[kN / 2], const std::uint32_t* a, std::uint64_t b) {
   static_assert(kN == 128 || kN == 64, "WGMMA N of 128 or 64");
-  if constexpr (kN == 128 && kAdd) {
-    asm volatile(
-        "{\n.reg .pred add;\nsetp.ne.b32 add, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,  "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,  "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,  "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, add, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  } else if constexpr (kN == 128) {
-    asm volatile(
-        "{\n.reg .pred add;\nsetp.ne.b32 add, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,  "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,  "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,  "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, add, 1, 1, 0;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
-          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
-          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
-          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
-          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));
-  } else if constexpr (kAdd) {
-    asm volatile(
-        "{\n.reg .pred add;\nsetp.ne.b32 add, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,  "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, add, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  } else {
-    asm volatile(
-        "{\n.reg .pred add;\nsetp.ne.b32 add, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,  "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, add, 1, 1, 0;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));
-  }
+#define MOEKIT_F16_K16(N, REGS, A, ADD) \
+  "{\n.reg .pred add;\nsetp.ne.b32 add, %" ADD ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32.f16.f16 {" REGS "}, " A ", add, 1, 1, 0;\n}\n"
+#define MOEKIT_F16_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(kAdd ? 1 : 0)
+  if constexpr (kN == 128 && kAdd)
+    asm volatile(MOEKIT_F16_K16("128", MOEKIT_WGMMA_R64, "{%64, %65, %66, %67}, %68", "69") : MOEKIT_WGMMA_D64("+f") : MOEKIT_F16_IN);
+  else if constexpr (kN == 128)
+    asm volatile(MOEKIT_F16_K16("128", MOEKIT_WGMMA_R64, "{%64, %65, %66, %67}, %68", "69") : MOEKIT_WGMMA_D64("=f") : MOEKIT_F16_IN);
+  else if constexpr (kAdd)
+    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("+f") : MOEKIT_F16_IN);
+  else
+    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("=f") : MOEKIT_F16_IN);
+#undef MOEKIT_F16_IN
+#undef MOEKIT_F16_K16
 }
 
 template <bool kChannel, int kRows>
@@ -208,34 +160,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = S::kStages, kStageBytes = S::kStageBytes, kCols = S::kCols;
   // ---- shared memory: the FP8 stages, two f16 W tiles, barriers, the tile, the stages' scales
   extern __shared__ std::uint8_t smem_raw[];
-  const std::uint32_t raw = smem_address(smem_raw);
-  std::uint8_t* smem = smem_raw + ((1024 - raw % 1024) % 1024);  // swizzled tiles: 1024-byte aligned
-  const std::uint32_t tiles = smem_address(smem), w16 = tiles + kStages * kStageBytes;
-  auto* bars = reinterpret_cast<std::uint64_t*>(smem + kStages * kStageBytes + 2 * kW16Bytes);
-  auto* shared_tile = reinterpret_cast<Tile*>(bars + 2 * kStages);
-  float* scale_a = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(bars + 2 * kStages) + 32);
-  float* scale_w = scale_a + kStages * kRows;
-  __shared__ int found;
-  const std::uint32_t full = smem_address(bars), empty = full + kStages * 8;
-  const Ring ring{tiles, full, empty, scale_a, scale_w, kStages, kStageBytes, S::kTileABytes};
-
-  // ---- barriers and the tile
-  if (threadIdx.x < 32) {
-    Tile t{};
-    const bool ok = find_tile<kRows>(p, int(blockIdx.x), t);
-    if (threadIdx.x == 0) {
-      found = ok;
-      *shared_tile = t;
-      for (int s = 0; s < kStages; ++s) {
-        barrier_init(full + 8 * s, full_arrivals(kChannel));
-        barrier_init(empty + 8 * s, kConverters);      // one arrive per consumer thread
-      }
-      asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
-    }
-  }
-  __syncthreads();
-  if (!found) return;
-  const Tile t = *shared_tile;
+  Tile* shared_tile = nullptr;
+  const Ring ring = ring_layout<kRows>(smem_raw, kStages, kStageBytes, 2 * kW16Bytes, shared_tile);
+  const std::uint32_t tiles = ring.tiles, w16 = tiles + kStages * kStageBytes, full = ring.full, empty = ring.empty;
+  const float *scale_a = ring.scale_a, *scale_w = ring.scale_w;
+  Tile t;
+  // empty: every consumer thread arrives after its own reads of a stage
+  if (!start_tile<kChannel, kRows>(p, ring, shared_tile, [](const Tile&) { return kConverters; }, t)) return;
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
 
@@ -252,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4, q = lane % 4;
   const bool computes = S::computes(c, t.m0, t.rows);
   const int local = S::row_of(c) + warp * 16 + lane / 4;  // row lo within the tile
-  const int lo = t.m0 + local, hi = lo + 8;
+  const int lo = t.m0 + local;  // and lo + 8
   const WConversion w_conversion(int(threadIdx.x) - 128);
   const AConversion a_conversion(local, q);
   constexpr int kRegs = kCols / 2;
@@ -315,62 +246,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kb + 1 < k_blocks) block(kb + 1, frag[1], frag[0], 1, 0);
   }
 
-  // ---- bf16 out; channel scales (a row's and a channel's one scale) at the end, as the CPU
-  const float* w_scale = tile_w_scales<kChannel>(p, t);
-  const float* row_scale = p.a_scales + std::size_t(t.row0) * k_blocks;
-  const float row_lo = kChannel && lo < t.padded ? __ldg(row_scale + lo) : 0.0f;
-  const float row_hi = kChannel && hi < t.padded ? __ldg(row_scale + hi) : 0.0f;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = half == 0 ? lo : hi;
-    if (row >= t.rows) continue;
-    const float scale = half == 0 ? row_lo : row_hi;
-    const int col0 = t.n0 + S::col_of(c) + 2 * q;
-    __nv_bfloat16* out = p.d + (std::size_t(t.row0) + row) * p.n + col0;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      const int col = col0 + 8 * j;
-      if (col >= p.n) continue;
-      float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-      if (kChannel) {
-        v0 = v0 * scale * __ldg(w_scale + col);
-        v1 = v1 * scale * __ldg(w_scale + col + 1);
-      }
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(v0, v1);
-    }
-  }
+  store_bf16<kChannel, kCols>(p, t, acc, lo, t.n0 + S::col_of(c) + 2 * q, row_scales<kChannel>(p, t, lo));
 }
 
 template <bool kChannel, int kRows>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
-  using S = Shape<kRows>;
-  // At most this many tiles have rows: a row tile per kRows rows plus a partial one per group.
-  const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
-  if (rows == 0) return;
-  const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
-  const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
-  require(blocks < (std::int64_t(1) << 31), "FP8 f16-WGMMA GEMM: too many tiles, " + std::to_string(blocks));
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_f16<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
-  const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
-  const Params p{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
-                 int(desc.groups), int(desc.n), int(desc.k)};
-  fp8_f16<kChannel, kRows><<<unsigned(blocks), kThreads, S::kSmemBytes, stream>>>(map_a, map_w, p);
+  const TileLaunch l = tile_launch(desc, args, kRows);
+  if (l.blocks == 0) return;
+  // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_f16<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Shape<kRows>::kSmemBytes));
+  fp8_f16<kChannel, kRows><<<l.blocks, kThreads, Shape<kRows>::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_f16");
 }
 
 }  // namespace
 
-#define MOEKIT_F16_INSTANCE(NAME, CHANNEL, ROWS)                                                      \
-  std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                            \
-  Status NAME##_can_implement(const GroupedGemmDesc& desc) { return can_implement(desc); }           \
-  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) { \
-    run<CHANNEL, ROWS>(desc, args, stream);                                                          \
-  }
-MOEKIT_F16_INSTANCE(fp8_block_f16_128, false, 128)
-MOEKIT_F16_INSTANCE(fp8_block_f16_64, false, 64)
-MOEKIT_F16_INSTANCE(fp8_channel_f16_128, true, 128)
-MOEKIT_F16_INSTANCE(fp8_channel_f16_64, true, 64)
-#undef MOEKIT_F16_INSTANCE
+MOEKIT_SM90_TILE_INSTANCE(fp8_block_f16_128, run<false, 128>)
+MOEKIT_SM90_TILE_INSTANCE(fp8_block_f16_64, run<false, 64>)
+MOEKIT_SM90_TILE_INSTANCE(fp8_channel_f16_128, run<true, 128>)
+MOEKIT_SM90_TILE_INSTANCE(fp8_channel_f16_64, run<true, 64>)
 
 }  // namespace moekit::cuda::sm90

@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -119,6 +120,15 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) 
          (std::uint64_t(1) << 62);
 }
 
+// The accumulator operands of a WGMMA: C is the constraint ("+f" in and out, "=f" out only); the
+// register lists for its instruction text.
+#define MOEKIT_WGMMA_D8(C, I) C(d[I]), C(d[I + 1]), C(d[I + 2]), C(d[I + 3]), C(d[I + 4]), C(d[I + 5]), C(d[I + 6]), C(d[I + 7])
+#define MOEKIT_WGMMA_D32(C) MOEKIT_WGMMA_D8(C, 0), MOEKIT_WGMMA_D8(C, 8), MOEKIT_WGMMA_D8(C, 16), MOEKIT_WGMMA_D8(C, 24)
+#define MOEKIT_WGMMA_D64(C) \
+  MOEKIT_WGMMA_D32(C), MOEKIT_WGMMA_D8(C, 32), MOEKIT_WGMMA_D8(C, 40), MOEKIT_WGMMA_D8(C, 48), MOEKIT_WGMMA_D8(C, 56)
+#define MOEKIT_WGMMA_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MOEKIT_WGMMA_R64 MOEKIT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
 // Keeps the compiler from moving accesses of the accumulator registers across the async WGMMA.
 template <int kN>
 __device__ __forceinline__ void pin(float (&r)[kN]) {
@@ -153,6 +163,46 @@ struct Ring {
 // producer lane after its scale stores (each lane releases its own stores: compute-sanitizer's
 // racecheck does not follow a __syncwarp before one lane's arrive).
 constexpr int full_arrivals(bool channel) { return channel ? 1 : 1 + 32; }
+
+// A block's shared memory: the ring's stages from a 1024-byte-aligned start (swizzled tiles), `gap`
+// bytes the kernel keeps for itself, then the ring's barriers, the tile and the stages' scales.
+template <int kRows>
+__device__ __forceinline__ Ring ring_layout(std::uint8_t* smem_raw, int stages, int stage_bytes, int gap, Tile*& tile) {
+  const std::uint32_t raw = smem_address(smem_raw);
+  std::uint8_t* smem = smem_raw + ((1024 - raw % 1024) % 1024);
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + stages * stage_bytes + gap);
+  tile = reinterpret_cast<Tile*>(bars + 2 * stages);
+  float* scale_a = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(bars + 2 * stages) + 32);
+  const std::uint32_t full = smem_address(bars);
+  return {smem_address(smem), full, full + std::uint32_t(stages * 8), scale_a, scale_a + stages * kRows,
+          stages,             stage_bytes, kRows * kTileK};
+}
+
+// Warp 0 finds the block's tile; thread 0 keeps it in shared memory and initializes the ring's
+// barriers (empty: empty_arrivals(tile) arrivals). Then every thread has the tile in t, or false:
+// this block has none.
+template <bool kChannel, int kRows, class EmptyArrivals>
+__device__ __forceinline__ bool start_tile(const Params& p, const Ring& ring, Tile* shared_tile,
+                                           EmptyArrivals empty_arrivals, Tile& t) {
+  __shared__ int found;
+  if (threadIdx.x < 32) {
+    Tile mine{};
+    const bool ok = find_tile<kRows>(p, int(blockIdx.x), mine);
+    if (threadIdx.x == 0) {
+      found = ok;
+      *shared_tile = mine;
+      for (int s = 0; s < ring.stages; ++s) {
+        barrier_init(ring.full + 8 * s, full_arrivals(kChannel));
+        barrier_init(ring.empty + 8 * s, empty_arrivals(mine));
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+  }
+  __syncthreads();
+  if (!found) return false;
+  t = *shared_tile;
+  return true;
+}
 
 // Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the warp also copies
 // the stage's scales into shared memory (loaded a block ahead), so that the consumers never wait
@@ -195,6 +245,45 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
   }
 }
 
+// Channel scales (a row's one scale; fp8_channel) of rows lo and lo + 8 of the tile's group.
+struct RowScales {
+  float lo, hi;
+};
+template <bool kChannel>
+__device__ __forceinline__ RowScales row_scales(const Params& p, const Tile& t, int lo) {
+  const float* row_scale = p.a_scales + std::size_t(t.row0) * ((p.k + kTileK - 1) / kTileK);
+  return {kChannel && lo < t.padded ? __ldg(row_scale + lo) : 0.0f,
+          kChannel && lo + 8 < t.padded ? __ldg(row_scale + lo + 8) : 0.0f};
+}
+
+// A consumer's accumulator into bf16: rows lo and lo + 8 of the tile's group, of each 8 columns
+// from col0 the two this thread holds (acc[i]: row lo (i % 4 < 2) or lo + 8, column col0 + 8 (i / 4)
+// + i % 2). Channel scales enter here, as the CPU applies them; rows past the group's data and
+// columns past N are not written.
+template <bool kChannel, int kCols>
+__device__ __forceinline__ void store_bf16(const Params& p, const Tile& t, const float (&acc)[kCols / 2], int lo, int col0,
+                                           RowScales scales) {
+  const float* w_scale = tile_w_scales<kChannel>(p, t);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = lo + 8 * half;
+    if (row >= t.rows) continue;
+    const float row_scale = half == 0 ? scales.lo : scales.hi;
+    __nv_bfloat16* out = p.d + (std::size_t(t.row0) + row) * p.n + col0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int col = col0 + 8 * j;
+      if (col >= p.n) continue;
+      float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+      if (kChannel) {
+        v0 = v0 * row_scale * __ldg(w_scale + col);
+        v1 = v1 * row_scale * __ldg(w_scale + col + 1);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
 // ---- host ----
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
@@ -225,6 +314,25 @@ inline CUtensorMap tile_map(const void* base, std::int64_t rows, std::int64_t k,
   return map;
 }
 
+// A launch over every tile that may have rows (blocks 0: none), with its tensor maps and Params.
+struct TileLaunch {
+  unsigned blocks;
+  CUtensorMap map_a, map_w;
+  Params params;
+};
+inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, int tile_rows) {
+  // At most this many tiles have rows: a row tile per tile_rows rows plus a partial one per group.
+  const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
+  if (rows == 0) return {};
+  const std::int64_t row_tiles = (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows);
+  const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
+  require(blocks < (std::int64_t(1) << 31), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
+  return {unsigned(blocks), tile_map(args.a, desc.max_rows, desc.k, tile_rows),
+          tile_map(args.w, desc.groups * desc.n, desc.k, kTileN),
+          Params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
+                 int(desc.groups), int(desc.n), int(desc.k)}};
+}
+
 inline Status can_implement(const GroupedGemmDesc& desc) {
   if (desc.groups * desc.n >= (std::int64_t(1) << 31))
     return Status::no("groups x N: too many W rows for the tensor map, given " + std::to_string(desc.groups * desc.n));
@@ -232,3 +340,11 @@ inline Status can_implement(const GroupedGemmDesc& desc) {
 }
 
 }  // namespace moekit::cuda::sm90::wgmma
+
+// The entry points of one instance (sm90_grouped_gemm_instances.h): no workspace; RUN(desc, args, stream).
+#define MOEKIT_SM90_TILE_INSTANCE(NAME, ...)                                                               \
+  std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                                 \
+  Status NAME##_can_implement(const GroupedGemmDesc& desc) { return wgmma::can_implement(desc); }         \
+  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) { \
+    __VA_ARGS__(desc, args, stream);                                                                     \
+  }
