@@ -16,9 +16,7 @@
 //      layout) takes FP8 columns 32q + 4j + {0, 1, 2, 3}, and W's f16 tile puts FP8 column
 //      32q + 4j + 2h + e at column 16j + 2q + 8h + e; the products and their sum are the same.
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"

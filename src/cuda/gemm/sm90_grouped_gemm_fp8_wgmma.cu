@@ -22,9 +22,7 @@
 //      one scale, applied at the end as the CPU does); with two part buffers the next WGMMA runs
 //      while one is added; the stage goes back through its empty barrier once its WGMMAs are done
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
