@@ -76,7 +76,7 @@ __global__ void scale_division_cases(std::uint64_t seed, Mismatches* m) {
 }
 
 // Thread t: the 8 bf16 gates 8t .. 8t + 7 (every pattern once over 8192 threads).
-__global__ void gate_division_cases(float alpha, float limit, bool swiglu, Mismatches* m) {
+__global__ void gate_division_cases(float alpha, float limit, bool swiglu, bool refined, Mismatches* m) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   float n[8], z[8], got[8];
 #pragma unroll
@@ -85,7 +85,8 @@ __global__ void gate_division_cases(float alpha, float limit, bool swiglu, Misma
     n[i] = swiglu ? fminf(gate, limit) : gate;
     z[i] = swiglu ? __fmul_rn(-alpha, n[i]) : -gate;
   }
-  activation::divide_by_one_plus_exp(n, z, got);
+  if (refined) activation::divide_by_one_plus_exp<true>(n, z, got);
+  else activation::divide_by_one_plus_exp<false>(n, z, got);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const float d = __fadd_rn(1.0f, expf(z[i]));
@@ -169,11 +170,14 @@ TEST(CudaDivision, GateDivisionGivesIeeeQuotientsForEveryBf16Gate) {
   struct Case {
     bool swiglu;
     float alpha, limit;
+    bool refined;  // silu runs unrefined, swiglu_oai (any alpha) refined
   };
-  for (const Case c : {Case{false, 0.0f, 0.0f}, Case{true, 1.702f, 7.0f}, Case{true, 1.0f, 1e30f},
-                       Case{true, -3.5f, 100.0f}}) {
-    expect_no_mismatches([&](Mismatches* m) { gate_division_cases<<<65536 / 8 / 256, 256>>>(c.alpha, c.limit, c.swiglu, m); },
-                         c.swiglu ? "swiglu_oai alpha " + std::to_string(c.alpha) + ": " : std::string("silu: "));
+  for (const Case c : {Case{false, 0.0f, 0.0f, false}, Case{false, 0.0f, 0.0f, true}, Case{true, 1.702f, 7.0f, true},
+                       Case{true, 1.0f, 1e30f, true}, Case{true, -3.5f, 100.0f, true}}) {
+    expect_no_mismatches(
+        [&](Mismatches* m) { gate_division_cases<<<65536 / 8 / 256, 256>>>(c.alpha, c.limit, c.swiglu, c.refined, m); },
+        (c.swiglu ? "swiglu_oai alpha " + std::to_string(c.alpha) : std::string("silu")) +
+            (c.refined ? " (refined): " : " (unrefined): "));
   }
 }
 

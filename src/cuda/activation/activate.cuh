@@ -49,7 +49,11 @@ __device__ __forceinline__ float relu2(float x) {
 // value (or the clamp limit), is 0, at least 2^-100, or so small that z = -n or -alpha·n is too
 // (|z| < 2^-25: e^z rounds to 1, the denominator is 2 and the quotient exact), so divide_steps
 // gives __fdiv_rn's result without its range check; a larger z (or NaN) anywhere among the 8
-// takes __fdiv_rn for all of them. Every bf16 gate is checked in tests/cuda/division_test.cu.
+// takes __fdiv_rn for all of them. kRefined: the steps start from refined_reciprocal(d), exact
+// for any such n and d; otherwise from approximate_reciprocal(d), two instructions fewer, which
+// is exact for silu's n = gate, z = -gate: every bf16 gate is checked (with both) in
+// tests/cuda/division_test.cu.
+template <bool kRefined>
 __device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], const float (&z)[8], float (&out)[8]) {
   float d[8];
   bool steps = true;
@@ -60,7 +64,7 @@ __device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], cons
   }
   if (steps) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = divide_steps(n[i], d[i], refined_reciprocal(d[i]));
+    for (int i = 0; i < 8; ++i) out[i] = divide_steps(n[i], d[i], kRefined ? refined_reciprocal(d[i]) : approximate_reciprocal(d[i]));
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = __fdiv_rn(n[i], d[i]);
@@ -92,14 +96,14 @@ __device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_
         up[i] = up[i] < -p.limit ? -p.limit : (p.limit < up[i] ? p.limit : up[i]);
         z[i] = __fmul_rn(-p.alpha, gate[i]);
       }
-      divide_by_one_plus_exp(gate, z, out);
+      divide_by_one_plus_exp<true>(gate, z, out);
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], __fadd_rn(up[i], 1.0f));
     } else {  // silu(gate)·up
       float z[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) z[i] = -gate[i];
-      divide_by_one_plus_exp(gate, z, out);
+      divide_by_one_plus_exp<false>(gate, z, out);
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], up[i]);
     }

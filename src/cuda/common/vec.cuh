@@ -53,23 +53,31 @@ __device__ __forceinline__ std::uint16_t fp8x2(float lo, float hi) {
 // ---- division by IEEE's steps ----------------------------------------------------------
 // __fdiv_rn(a, b) checks its operands' range (FCHK, a branch) and then runs its fast path:
 // y = rcp.approx(b) refined by one Newton step, q = a·y, one correction with the exact residual
-// a − b·q. Where the caller knows the range, the steps alone give the same quotient at 6 FMA-pipe
+// b·q − a. Where the caller knows the range, the steps alone give the same quotient at 5 FMA-pipe
 // instructions and no branch; where b is shared, its reciprocal is made once. The steps are
-// exact (the residual a − b·q is a float) for 2^-100 <= b <= 2^100, |a| >= 2^-100 and no
-// overflow; a zero a keeps its sign by copysign. tests/cuda/division_test.cu compares them with
-// __fdiv_rn on random and edge values.
+// exact (the residual is a float) for 2^-100 <= b <= 2^100, |a| >= 2^-100 and no overflow; the
+// correction subtracts the residual from q (rather than adding its negation), which leaves a
+// zero a's sign on the quotient. tests/cuda/division_test.cu compares them with __fdiv_rn on
+// random and edge values.
+
+// rcp.approx(b), within an ulp of 1/b. With divide_steps it gives __fdiv_rn's quotient only
+// where a caller has checked that for every input it can be given (silu's bf16 gates).
+__device__ __forceinline__ float approximate_reciprocal(float b) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(b));
+  return y;
+}
 
 // y ≈ 1/b as __fdiv_rn makes it.
 __device__ __forceinline__ float refined_reciprocal(float b) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(b));
+  const float y = approximate_reciprocal(b);
   return __fmaf_rn(y, __fmaf_rn(-b, y, 1.0f), y);
 }
 
 // a / b from y = refined_reciprocal(b).
 __device__ __forceinline__ float divide_steps(float a, float b, float y) {
   const float q = __fmul_rn(a, y);
-  return copysignf(__fmaf_rn(y, __fmaf_rn(-b, q, a), q), a);
+  return __fmaf_rn(-y, __fmaf_rn(b, q, -a), q);
 }
 
 // x / scale for many x and one scale, bit for bit __fdiv_rn(x, scale), for a dynamic scale:
@@ -119,7 +127,8 @@ __device__ __forceinline__ std::uint8_t quantize1(float x, const ScaleDivision& 
 // IEEE's steps for every finite amax (>= 1e-10 > 2^-100, no overflow); an infinite one divides.
 __device__ __forceinline__ float fp8_scale(float amax, bool ue8m0) {
   const float a = fmaxf(amax, 1e-10f);
-  const float scale = a <= 0x1.fffffep127f ? divide_steps(a, 448.0f, refined_reciprocal(448.0f)) : __fdiv_rn(a, 448.0f);
+  constexpr float kInverse448 = 0x1.24924ap-9f;  // 1/448 rounded to nearest, as refined_reciprocal(448) gives it
+  const float scale = a <= 0x1.fffffep127f ? divide_steps(a, 448.0f, kInverse448) : __fdiv_rn(a, 448.0f);
   if (!ue8m0) return scale;
   const std::uint32_t u = __float_as_uint(scale);
   if ((u & 0x007fffffu) == 0) return scale;  // already a power of two (scale is normal)
