@@ -74,15 +74,15 @@ __device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], cons
 // Outputs [col, col + 8) of a row. The activation is a template argument: each kernel holds one
 // function's code (a runtime switch kept all four live, and their constants in registers).
 template <Activation kAct>
-__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* row, int col, float (&out)[8]) {
+__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* at, float (&out)[8]) {
   float gate[8];
-  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + col)), gate);
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at)), gate);
   if constexpr (kAct == Activation::relu2) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = relu2(gate[i]);
   } else {
     float up[8];
-    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(row + p.inter + col)), up);
+    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at + p.inter)), up);
     if constexpr (kAct == Activation::gelu_and_mul) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(gelu(gate[i]), up[i]);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
         if (g0 + 2 * u >= p.groups) break;  // warp-uniform: past the row's last pair
         const int col = (g0 + 2 * u + half) * 128 + sub * 8;
         if (token && col < p.inter) {
-          activate8<kAct>(p, in, col, x[u]);
+          activate8<kAct>(p, in + col, x[u]);
         } else {
 #pragma unroll
           for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
     float m = 0.0f;
     for (int c = threadIdx.x * 8; c < p.inter; c += blockDim.x * 8) {
       float x[8];
-      activate8<kAct>(p, p.in + std::int64_t(row) * p.in_width, c, x);
+      activate8<kAct>(p, p.in + std::int64_t(row) * p.in_width + c, x);
 #pragma unroll
       for (int i = 0; i < 8; ++i) m = amax_step(m, x[i]);
       reinterpret_cast<float4*>(act + c)[0] = make_float4(x[0], x[1], x[2], x[3]);
