@@ -74,7 +74,7 @@ __device__ __forceinline__ float refined_reciprocal(float b) {
   return __fmaf_rn(y, __fmaf_rn(-b, y, 1.0f), y);
 }
 
-// a / b from y = refined_reciprocal(b).
+// a / b from y ≈ 1/b: __fdiv_rn's quotient in the range above when y = refined_reciprocal(b).
 __device__ __forceinline__ float divide_steps(float a, float b, float y) {
   const float q = __fmul_rn(a, y);
   return __fmaf_rn(-y, __fmaf_rn(b, q, -a), q);
