@@ -89,7 +89,7 @@ Problem preset_problem(const std::string& name, const Args& args, std::uint64_t 
   p.seed = seed;
   p.config = io::find_preset(name).config;
   if (args.has("quant")) p.config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
-  apply_accumulation(p.config, args);
+  apply_run_options(p.config, args);
   std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
   p.synthetic = core::make_synthetic_layer(p.config, seed);
   return p;
@@ -104,7 +104,7 @@ Problem file_problem(const std::string& path, const Args& args) {
   if (!p.file->router_logits.defined())
     throw UsageError("--inputs: the bench routes from router_logits; " + path + " has none");
   p.config = p.file->config;
-  apply_accumulation(p.config, args);
+  apply_run_options(p.config, args);
   p.name = args.get("name", path.substr(path.find_last_of('/') + 1));
   return p;
 }
@@ -258,6 +258,7 @@ void bench_problem(const Problem& p, const Args& args, const Settings& settings,
     r.preset = p.name;
     r.quant = std::string(to_string(p.config.quant.scheme));
     if (p.config.quant.accumulation != Fp8Accumulation::exact) r.quant += "+" + std::string(to_string(p.config.quant.accumulation));
+    if (p.config.batch_invariant) r.quant += "+batch-invariant";
     r.tokens = tokens;
     r.roof = roofline(p.config, in.host_ids.view());
     r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);
@@ -281,6 +282,7 @@ int cmd_bench(int argc, char** argv) {
       {"tokens", true, "T[,T...] (default 1,8,64,512,4096)"},
       {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: each preset's)"},
       accumulation_flag(),
+      batch_invariance_flag(),
       {"routing", true, "fused|external (default fused)"},
       {"backend", true, "auto|cpu|... (default auto)"},
       {"graph", true, "auto|on|off: replay CUDA graphs (auto: T <= 512)"},

@@ -53,7 +53,8 @@ int cmd_explain(int argc, char** argv) {
   for (const Gemm& g : {Gemm{"GEMM1", gemm1, true}, Gemm{"GEMM2", gemm2, false}}) {
     const auto& [name, desc, requantized] = g;
     const cuda::GemmChoice choice =
-        cuda::choose_gemm_config(desc, per_group, cuda::gemm_sums(kind, config.quant.accumulation, requantized));
+        cuda::choose_gemm_config(desc, per_group, cuda::gemm_sums(kind, config.quant.accumulation, requantized),
+                                 config.batch_invariant);
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }

@@ -23,7 +23,7 @@ MoEConfig apply_overrides(MoEConfig c, const Args& args) {
   if (format != "f32" && format != "ue8m0")
     throw UsageError("--scale-format: expected one of f32|ue8m0, given '" + format + "'");
   c.quant.scale_format = format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32;
-  apply_accumulation(c, args);  // validates
+  apply_run_options(c, args);  // validates
   return c;
 }
 
@@ -52,7 +52,7 @@ void setup_from_file(const Args& args, RunSetup& s) {
   s.file = io::read_layer_file(args.get("inputs", ""));
   io::LayerFile& f = *s.file;
   s.config = f.config;
-  apply_accumulation(s.config, args);
+  apply_run_options(s.config, args);
   s.source = "file " + args.get("inputs", "");
   s.hidden = std::move(f.hidden);
   s.router_logits = std::move(f.router_logits);
@@ -89,7 +89,7 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.checkpoint = io::import_hf_layer(folder, layer, {ep_size, ep_rank});
   s.config = s.checkpoint->config;
-  apply_accumulation(s.config, args);
+  apply_run_options(s.config, args);
   s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
   s.weights = s.checkpoint->weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
@@ -119,11 +119,12 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) 
 
 }  // namespace
 
-void apply_accumulation(MoEConfig& c, const Args& args) {
+void apply_run_options(MoEConfig& c, const Args& args) {
   const std::string v = args.get("fp8-accumulation", "exact");
   if (v != "exact" && v != "fast" && v != "strict")
     throw UsageError("--fp8-accumulation: expected one of exact|fast|strict, given '" + v + "'");
   c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : v == "strict" ? Fp8Accumulation::strict : Fp8Accumulation::exact;
+  c.batch_invariant = args.has("batch-invariant");
   as_usage([&] {
     validate(c);
     return 0;
@@ -137,6 +138,12 @@ Flag accumulation_flag() {
           "on the FP8 values, f32-like sums (closest to the CPU, slower)"};
 }
 
+Flag batch_invariance_flag() {
+  return {"batch-invariant", false,
+          "a token's output the same bits whatever batch it comes in (CUDA: one GEMM tile for every batch "
+          "size; fp8-tensor refused)"};
+}
+
 std::vector<Flag> problem_flags() {
   return {
       {"preset", true, "model preset (moekit presets)"},
@@ -144,6 +151,7 @@ std::vector<Flag> problem_flags() {
       {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: the preset's)"},
       {"scale-format", true, "f32|ue8m0: dynamic FP8 scales as any f32 or powers of two"},
       accumulation_flag(),
+      batch_invariance_flag(),
       {"routing", true, "fused|external: the layer routes, or the caller does (default fused)"},
       {"backend", true, "auto|cpu|... (default auto; MOEKIT_BACKEND overrides auto)"},
       {"seed", true, "seed of the random weights and inputs (default 1)"},
@@ -156,12 +164,12 @@ std::vector<Flag> problem_flags() {
 MoEConfig config_from_args(const Args& args) {
   if (args.has("inputs")) {
     MoEConfig c = io::read_layer_file(args.get("inputs", "")).config;
-    apply_accumulation(c, args);
+    apply_run_options(c, args);
     return c;
   }
   if (args.has("checkpoint")) {
     MoEConfig c = io::import_hf_layer(args.get("checkpoint", ""), int(args.get_int("layer", 0, 0, 100000)), {}).config;
-    apply_accumulation(c, args);
+    apply_run_options(c, args);
     return c;
   }
   if (!args.has("preset")) throw UsageError("give --preset NAME (see `moekit presets`) or --inputs FILE");

@@ -33,9 +33,10 @@ struct RunSetup {
 
 // The flags that choose the problem (shared by run and explain).
 std::vector<Flag> problem_flags();
-// --fp8-accumulation exact|fast|strict onto c (validated), and its flag.
-void apply_accumulation(MoEConfig& c, const Args& args);
+// --fp8-accumulation exact|fast|strict and --batch-invariant onto c (validated), and their flags.
+void apply_run_options(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
+Flag batch_invariance_flag();
 
 // The config alone, from --preset/--quant/--scale-format, the layer file or the checkpoint.
 MoEConfig config_from_args(const Args& args);

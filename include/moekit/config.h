@@ -88,6 +88,12 @@ struct MoEConfig {
   // swiglu_oai's constants (gpt-oss).
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
+  // Batch invariance (DESIGN §8): a token's output bits do not depend on the other tokens of the
+  // batch or on the batch size. Every step but the GEMMs computes each token on its own anyway;
+  // with this set the GEMMs keep one kernel for every batch size (the one a large batch gets), at
+  // some cost for small batches. fp8-tensor, whose activation scale comes from the whole
+  // batch's amax, is refused.
+  bool batch_invariant = false;
 
   int top_k() const { return routing.top_k; }
   bool gated() const { return activation != Activation::relu2; }

@@ -114,6 +114,7 @@ std::string MoEConfig::to_string() const {
      << " I=" << intermediate_size << " activation=" << moekit::to_string(activation)
      << " quant=" << quant.to_string() << " routing=" << routing.to_string();
   if (ep_size > 1) os << " ep=" << ep_rank << "/" << ep_size;
+  if (batch_invariant) os << " batch-invariant";
   return os.str();
 }
 
@@ -162,6 +163,9 @@ void validate(const MoEConfig& c) {
   require(c.quant.accumulation == Fp8Accumulation::exact || c.quant.scheme != QuantScheme::bf16,
           "accumulation: " + std::string(to_string(c.quant.accumulation)) +
               " FP8 accumulation needs an fp8 quant scheme, given bf16");
+  require(!c.batch_invariant || c.quant.scheme != QuantScheme::fp8_tensor,
+          "batch_invariant: fp8-tensor quantizes the activations with one scale from the whole batch's "
+          "amax, so a token's output depends on the other tokens; use fp8-block, fp8-rowwise or bf16");
   require(c.swiglu_limit > 0.0f,
           "swiglu_limit: expected > 0, given " + std::to_string(c.swiglu_limit));
 }

@@ -37,7 +37,8 @@ TEST_P(CoreValidationConfig, ThrowsNamingTheField) {
   EXPECT_EQ(error_of([&] { validate(bad); }), message);
 }
 
-const QuantScheme kBf16 = QuantScheme::bf16, kBlock8 = QuantScheme::fp8_block;
+const QuantScheme kBf16 = QuantScheme::bf16, kBlock8 = QuantScheme::fp8_block, kTensor8 = QuantScheme::fp8_tensor;
+const QuantScheme kRow8 = QuantScheme::fp8_rowwise;
 
 INSTANTIATE_TEST_SUITE_P(
     , CoreValidationConfig,
@@ -68,6 +69,8 @@ INSTANTIATE_TEST_SUITE_P(
                    {"scale_format", "bf16"}},
         ConfigCase{"fast_accumulation_with_bf16", kBf16,
                    [](MoEConfig& c) { c.quant.accumulation = Fp8Accumulation::fast; }, {"accumulation", "bf16"}},
+        ConfigCase{"batch_invariant_with_fp8_tensor", kTensor8, [](MoEConfig& c) { c.batch_invariant = true; },
+                   {"batch_invariant", "fp8-tensor"}},
         ConfigCase{"top1_sigmoid_with_k2", kBf16, [](MoEConfig& c) { c.routing.method = RoutingMethod::top1_sigmoid; },
                    {"top_k", "top1_sigmoid", "given 2"}},
         ConfigCase{"input_placement_with_k2", kBf16,
@@ -101,8 +104,6 @@ TEST_P(CoreValidationWeights, ThrowsNamingTheTensor) {
   c.edit(s);
   expect_mentions(error_of([&] { Layer layer(s.config, s.weights); }), c.words);
 }
-
-const QuantScheme kTensor8 = QuantScheme::fp8_tensor, kRow8 = QuantScheme::fp8_rowwise;
 
 // w13 [6, W, H], w2 [6, H, I]: bf16 W=192 H=160 I=96; fp8-block W=256 H=144 I=128.
 INSTANTIATE_TEST_SUITE_P(

@@ -50,6 +50,28 @@ TEST_P(CpuLayerPipeline, BitIdenticalToPipelineReference) {
       << "first at token " << first / c.hidden << " column " << first % c.hidden;
 }
 
+// DESIGN §8's batch invariance: a token's output has the same bits in every batch it comes in
+// (alone, among a few, among all), for each scheme the mode takes.
+TEST(CpuLayerBatchInvariance, ATokenHasTheSameOutputInEveryBatch) {
+  for (const QuantScheme scheme : {QuantScheme::bf16, QuantScheme::fp8_block, QuantScheme::fp8_rowwise}) {
+    LayerCase c;
+    c.scheme = scheme;
+    c.experts = 16, c.hidden = 256, c.inter = 128, c.tokens = 40, c.top_k = 4;
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
+    MoEConfig config = config_of(c);
+    config.batch_invariant = true;
+    const TestLayer tl = make_test_layer(c, seed);
+    const Inputs in = make_inputs(c, tl, seed);
+    Layer layer(config, tl.weights());
+    const Tensor all = run_external(layer, in.hidden, in.routing);
+    for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {17, 1}, {3, 9}, {20, 20}}) {
+      const Tensor part = run_external(layer, row_slice(in.hidden, first, count), row_slice(in.routing, first, count));
+      EXPECT_EQ(bit_differences(part, row_slice(all, first, count)), 0) << "tokens " << first << " .. " << first + count - 1;
+    }
+  }
+}
+
 constexpr RoutingMethod kComputedMethods[] = {
     RoutingMethod::softmax_topk,         RoutingMethod::topk_softmax,        RoutingMethod::softmax_topk_renorm,
     RoutingMethod::sigmoid_topk,         RoutingMethod::sigmoid_topk_renorm, RoutingMethod::sigmoid_bias_grouped,

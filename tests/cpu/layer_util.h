@@ -100,6 +100,15 @@ inline Tensor clone(const Tensor& t) {
   return c;
 }
 
+// Rows [first, first + count) of a 2-D tensor (hidden states, routing), as a tensor of their own.
+inline Tensor row_slice(const Tensor& t, std::int64_t first, std::int64_t count) {
+  Tensor out(t.dtype(), {count, t.size(1)});
+  const std::size_t row = std::size_t(t.size(1)) * dtype_size(t.dtype());
+  std::memcpy(out.view().data, static_cast<const std::byte*>(t.view().data) + std::size_t(first) * row,
+              std::size_t(count) * row);
+  return out;
+}
+
 // A synthetic layer (the local experts of config's rank) and, for fp8-tensor with
 // static_scales, its static activation scales.
 struct TestLayer {
@@ -171,6 +180,10 @@ inline Tensor poisoned_out(std::int64_t tokens, std::int64_t hidden) {
   Tensor out(DType::bf16, {tokens, hidden});
   poison(out.view());
   return out;
+}
+
+inline Routing row_slice(const Routing& r, std::int64_t first, std::int64_t count) {
+  return {row_slice(r.ids, first, count), row_slice(r.weights, first, count)};
 }
 
 inline Tensor run_external(Layer& layer, const Tensor& hidden, const Routing& r) {

@@ -214,6 +214,50 @@ TEST(CudaLayerAccumulation, StrictIsClosestFastStaysClose) {
   EXPECT_GT(bit_differences(strict, exact), 0) << "strict and exact must run different GEMM1 kernels";
 }
 
+// DESIGN §8's batch invariance on the GPU: with batch_invariant a token's output has the same bits
+// alone (T = 1: the decode kernel's batch size), among a few and among all 400 (128-row tiles
+// otherwise), for every scheme and FP8 accumulation the mode takes. Without it, exact and fast
+// FP8 layers differ (the decode kernel's sums are not the tiles'), which shows the check can
+// fail; strict ones agreed on the H200 in our run (the decode kernel's 32-wide sums came out as
+// the f16 tiles' f32-like ones), so they are not asked to differ.
+TEST(CudaLayerBatchInvariance, ATokenHasTheSameOutputInEveryBatch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Mode {
+    QuantScheme scheme;
+    Fp8Accumulation accumulation;
+  };
+  for (const Mode mode : {Mode{QuantScheme::fp8_block, Fp8Accumulation::exact}, Mode{QuantScheme::fp8_block, Fp8Accumulation::fast},
+                          Mode{QuantScheme::fp8_block, Fp8Accumulation::strict}, Mode{QuantScheme::fp8_rowwise, Fp8Accumulation::exact},
+                          Mode{QuantScheme::bf16, Fp8Accumulation::exact}}) {
+    LayerCase c = fp8_block_case(256, 400);
+    c.scheme = mode.scheme;
+    c.accumulation = mode.accumulation;
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
+    const TestLayer lw = make_test_layer(c, seed);
+    const Inputs in = make_inputs(c, lw, seed);
+    for (const bool invariant : {true, false}) {
+      if (!invariant && (mode.scheme != QuantScheme::fp8_block || mode.accumulation == Fp8Accumulation::strict)) continue;
+      MoEConfig config = config_of(c);
+      config.batch_invariant = invariant;
+      Layer layer(config, lw.weights(), on_cuda());
+      const Tensor all = gpu_external(layer, in.hidden, in.routing);
+      std::int64_t differing = 0;
+      for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {123, 1}, {5, 3}, {200, 150}}) {
+        const Tensor part = gpu_external(layer, row_slice(in.hidden, first, count), row_slice(in.routing, first, count));
+        const std::int64_t d = bit_differences(part, row_slice(all, first, count));
+        if (invariant) {
+          EXPECT_EQ(d, 0) << "tokens " << first << " .. " << first + count - 1;
+        }
+        differing += d;
+      }
+      if (!invariant) {
+        EXPECT_GT(differing, 0) << "the default picks the decode kernel for one token";
+      }
+    }
+  }
+}
+
 // The whole layer captured in a CUDA graph: replays give what a direct call gives.
 TEST(CudaLayerGraph, CaptureAndReplayMatchADirectCall) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";

@@ -121,6 +121,22 @@ TEST(ToolsCli, Fp8AccumulationIsExactFastOrStrictAndNeedsAnFp8Scheme) {
   EXPECT_NE(cpu.out.find("check: PASS"), std::string::npos) << cpu.out;
 }
 
+TEST(ToolsCli, BatchInvariantRefusesFp8TensorAndIsShown) {
+  const Result tensor = moekit("run --preset mixtral-8x7b --tokens 1 --batch-invariant");
+  EXPECT_EQ(tensor.code, 2);
+  EXPECT_NE(tensor.err.find("batch_invariant: fp8-tensor quantizes the activations with one scale"), std::string::npos)
+      << tensor.err;
+  const Result explained = moekit("explain --preset deepseek-v3 --tokens 1 --batch-invariant");
+  EXPECT_EQ(explained.code, 0) << explained.err;
+  EXPECT_NE(explained.out.find(" batch-invariant"), std::string::npos) << explained.out;
+#ifdef MOEKIT_HAVE_CUDA
+  EXPECT_NE(explained.out.find("batch-invariant: the same tile at every batch size"), std::string::npos) << explained.out;
+#endif
+  const Result cpu = moekit("run --backend cpu --preset qwen3-30b-a3b --tokens 2 --batch-invariant --check");
+  EXPECT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("check: PASS"), std::string::npos) << cpu.out;
+}
+
 TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
   TempDir dir;
   const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 8 --runs 1 --json " + dir.file("b.json"));

@@ -71,7 +71,14 @@ GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized
   return GemmSums::tensor_core;
 }
 
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums) {
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums, bool batch_invariant) {
+  // Batch invariance: one tile whatever the batch (never the decode kernel, whose sums differ).
+  if (batch_invariant) {
+    const GemmTile tile = sums == GemmSums::f32 ? GemmTile::m128_n128_f16
+                          : sums == GemmSums::k32 ? GemmTile::m128_n128_wgmma
+                                                  : GemmTile::m128_n128_cooperative;
+    return {{tile}, "batch-invariant: the same tile at every batch size"};
+  }
   const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows per group";
   // Decode: most groups empty or a row or two; the tiles below would be padding and one per SM.
   if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 &&

@@ -84,7 +84,10 @@ struct GemmChoice {
 //   k32          at most 32 (moekit's FP8 WGMMA kernel): GEMM1 with exact accumulation
 //   f32          f16 WGMMAs on the FP8 values, f32-like sums (moekit's f16 kernel): strict
 enum class GemmSums : std::uint8_t { tensor_core, k32, f32 };
-GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, GemmSums sums);
+// batch_invariant: the same tile at every batch size (a large batch's), so that a row's sums never
+// depend on how many rows came with it; otherwise by the expected rows per group.
+GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, GemmSums sums,
+                              bool batch_invariant);
 // The sums a layer's GEMM1 (requantized) or GEMM2 needs under its FP8 accumulation mode.
 GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized);
 

@@ -134,8 +134,9 @@ class Experts final : public core::ExpertsStage {
     const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, data_rows};
     // GEMM1's output is requantized (FP8 schemes), GEMM2's is the result.
     const Fp8Accumulation a = config_.quant.accumulation;
-    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true)).config},
-            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false)).config}};
+    const bool invariant = config_.batch_invariant;
+    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true), invariant).config},
+            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
   }
 
  private:
