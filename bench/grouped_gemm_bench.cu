@@ -1,6 +1,9 @@
 // Grouped GEMM benchmark on the GPU: each kind x tile on MoE shapes, random data (never zeros),
-// CUDA events, warm-up then the median of 20 runs. Prints one table row per case.
-//   moekit_gemm_bench [--groups G --rows M --n N --k K]   (default: the issue's cases)
+// CUDA events, warm-up then the median of 20 runs. Prints one table row per case; TFLOP/s count
+// the rows that carry data, `pad` is the share of computed rows that are tile padding.
+//   grouped_gemm_bench [--groups G --rows M --n N --k K]   (default: the issue's cases)
+// Ragged cases take each group's rows from a routing: T tokens, each to top_k distinct experts of
+// E drawn uniformly (seeded), as deepseek-v3's T = 4096 routing spreads ~128 +- 11 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,7 +52,43 @@ struct Case {
   GemmKind kind;
   int groups;
   long long rows_per_group, n, k;
+  int routed_tokens = 0, top_k = 0;  // > 0: rows per group from a uniform random routing
 };
+
+// Rows per expert of `tokens` tokens routed each to top_k distinct experts, uniformly.
+std::vector<long long> routed_rows(const Case& c) {
+  std::vector<long long> rows(std::size_t(c.groups), c.rows_per_group);
+  if (c.routed_tokens == 0) return rows;
+  std::fill(rows.begin(), rows.end(), 0);
+  unsigned state = 12345;
+  auto next = [&] { state = state * 1664525u + 1013904223u; return state >> 8; };
+  for (int t = 0; t < c.routed_tokens; ++t) {
+    std::vector<int> picked;
+    while (int(picked.size()) < c.top_k) {
+      const int e = int(next() % unsigned(c.groups));
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+    }
+    for (int e : picked) ++rows[std::size_t(e)];
+  }
+  return rows;
+}
+
+// Rows a tile of `tile_rows` computes for a group of `rows` (0 for the kernels without row tiles).
+long long computed_rows(long long rows, GemmTile tile) {
+  switch (tile) {
+    case GemmTile::m192_n128_wgmma:
+    case GemmTile::m192_n128_wgmma_k128: {
+      const long long full = rows / 192 * 192, rest = rows - full;
+      return full + (rest + 63) / 64 * 64;
+    }
+    case GemmTile::m64_n128_pingpong:
+    case GemmTile::m64_n128_wgmma:
+    case GemmTile::m64_n128_wgmma_k128:
+    case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;
+    case GemmTile::rows8_warp_mma: return (rows + 7) / 8 * 8;
+    default: return (rows + 127) / 128 * 128;
+  }
+}
 
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -57,7 +96,9 @@ double median(std::vector<float> v) {
 }
 
 void run_case(const Case& c) {
-  const long long rows = c.groups * c.rows_per_group;
+  const std::vector<long long> group_rows = routed_rows(c);
+  long long rows = 0, max_group = 0;
+  for (long long r : group_rows) rows += r, max_group = std::max(max_group, r);
   const bool fp8 = c.kind != GemmKind::bf16;
   const std::size_t elem = fp8 ? 1 : 2;
   const long long kb = (c.k + 127) / 128, nb = c.kind == GemmKind::fp8_block ? (c.n + 127) / 128 : c.n;
@@ -73,15 +114,18 @@ void run_case(const Case& c) {
   fill_scales<<<256, 256>>>(static_cast<float*>(a_s), rows * kb + 128 * 64, 3);
   fill_scales<<<256, 256>>>(static_cast<float*>(w_s), c.groups * kb * nb + 128, 4);
   std::vector<int> off(c.groups + 1);
-  for (int e = 0; e <= c.groups; ++e) off[e] = int(e * c.rows_per_group);
+  for (int e = 0; e < c.groups; ++e) off[e + 1] = off[e] + int(group_rows[std::size_t(e)]);
   CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
 
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
   for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma,
+                        GemmTile::m192_n128_wgmma_k128, GemmTile::m128_n128_wgmma_k128, GemmTile::m64_n128_wgmma_k128,
                         GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
                         GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}) {
-    if (tile == GemmTile::rows8_warp_mma && c.rows_per_group > 8) continue;  // decode only
+    if (tile == GemmTile::rows8_warp_mma && max_group > 8) continue;  // decode only
+    if (std::getenv("MOEKIT_BENCH_FAST_ONLY") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
+      continue;
     const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
     const moekit::cuda::GroupedGemmConfig config{tile};
     const moekit::Status ok = moekit::cuda::can_implement(desc, config);
@@ -114,9 +158,14 @@ void run_case(const Case& c) {
       times.push_back(ms);
     }
     const double ms = median(times);
-    std::printf("%-12s %-30s groups=%-4d rows/group=%-6lld N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s\n",
+    long long computed = 0;
+    for (long long r : group_rows) computed += computed_rows(r, tile);
+    const std::string shape = c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
+                                              : "rows/group=" + std::to_string(c.rows_per_group);
+    std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s pad %4.1f%%\n",
                 std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
-                c.groups, c.rows_per_group, c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6);
+                c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6,
+                computed > 0 ? 100.0 * double(computed - rows) / double(computed) : 0.0);
     cudaFree(workspace);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
@@ -139,6 +188,14 @@ int main(int argc, char** argv) {
         {GemmKind::fp8_block, 256, 128, 7168, 2048},   // deepseek-v3 GEMM2, T=4096
         {GemmKind::fp8_block, 256, 155, 4096, 7168},   // deepseek-v3 GEMM1, T=4096, rows as its routing gives
         {GemmKind::fp8_block, 256, 155, 7168, 2048},   // deepseek-v3 GEMM2, same
+        {GemmKind::fp8_block, 256, 0, 4096, 7168, 4096, 8},    // deepseek-v3 GEMM1, T=4096 uniform top-8
+        {GemmKind::fp8_block, 256, 0, 7168, 2048, 4096, 8},    // deepseek-v3 GEMM2, T=4096 uniform top-8
+        {GemmKind::fp8_block, 256, 0, 4096, 7168, 16384, 8},   // deepseek-v3 GEMM1, T=16384
+        {GemmKind::fp8_block, 256, 0, 7168, 2048, 16384, 8},   // deepseek-v3 GEMM2, T=16384
+        {GemmKind::fp8_block, 128, 0, 1536, 2048, 4096, 8},    // qwen3-30b-a3b GEMM1, T=4096
+        {GemmKind::fp8_block, 128, 0, 2048, 768, 4096, 8},     // qwen3-30b-a3b GEMM2, T=4096
+        {GemmKind::fp8_block, 128, 0, 1536, 2048, 16384, 8},   // qwen3-30b-a3b GEMM1, T=16384
+        {GemmKind::fp8_block, 128, 0, 2048, 768, 16384, 8},    // qwen3-30b-a3b GEMM2, T=16384
         {GemmKind::fp8_block, 256, 2, 4096, 7168},     // deepseek-v3 GEMM1, T=64 (decode-ish)
         {GemmKind::fp8_block, 8, 1, 4096, 7168},       // deepseek-v3 GEMM1, T=1: the 8 experts hit
         {GemmKind::fp8_block, 8, 1, 7168, 2048},       // deepseek-v3 GEMM2, T=1

@@ -39,6 +39,14 @@ const Shape kShapes[] = {
     {"decode_one_row_n7168_k2048", {0, 0, 1, 0, 1}, 7168, 2048},
     {"rows_past_8_n256_k384", {9, 17, 0, 24}, 256, 384},
     {"prefill_rows_n256_k7168", {155, 0, 160, 129, 140}, 256, 7168},
+    // ragged group sizes around the tile edges (64, 128, 192), and a block's tiles past the grid:
+    // 24 groups x 5 column tiles is more tiles than an H200 has SMs, so persistent blocks take
+    // several and their rings run on across tiles
+    {"ragged_edges_n256_k384", {0, 1, 7, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 300, 383, 384, 385}, 256, 384},
+    {"many_tiles_n640_k512", {150, 131, 0, 177, 149, 160, 140, 0, 0, 199, 133, 151, 155, 162, 148, 170, 139, 145, 0, 158,
+                              166, 142, 137, 1},
+     640, 512},
+    {"one_group_4096_rows_n128_k256", {0, 4096, 0}, 128, 256},
 };
 
 QuantScheme scheme_of(GemmKind kind) {
@@ -166,6 +174,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m192_n128_wgmma ? "_wgmma192_"
                      : info.param.tile == GemmTile::m128_n128_wgmma ? "_wgmma128_"
                      : info.param.tile == GemmTile::m64_n128_wgmma ? "_wgmma64_"
+                     : info.param.tile == GemmTile::m192_n128_wgmma_k128 ? "_wgmma192_k128_"
+                     : info.param.tile == GemmTile::m128_n128_wgmma_k128 ? "_wgmma128_k128_"
+                     : info.param.tile == GemmTile::m64_n128_wgmma_k128 ? "_wgmma64_k128_"
                      : info.param.tile == GemmTile::m128_n128_f16 ? "_f16_128_"
                      : info.param.tile == GemmTile::m64_n128_f16 ? "_f16_64_"
                                                                    : "_m128_";
@@ -266,7 +277,8 @@ std::vector<Case> all_cases() {
     for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
       for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
   for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
-    for (GemmTile tile : {GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
+    for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m128_n128_wgmma_k128, GemmTile::m64_n128_wgmma_k128,
+                          GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
                           GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
       if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
         for (const Shape& s : kShapes) cases.push_back({kind, tile, s});

@@ -30,6 +30,9 @@ enum class GemmTile : std::uint8_t {
   m192_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8), 3 warpgroups
   m128_n128_wgmma,        // the same, 128-row tiles, 2 warpgroups
   m64_n128_wgmma,         // the same with 64-row tiles: few rows per group
+  m192_n128_wgmma_k128,   // moekit's persistent FP8 WGMMA kernel, f32 promotion every 128 of K, 3 warpgroups
+  m128_n128_wgmma_k128,   // the same, 128-row tiles, 2 warpgroups
+  m64_n128_wgmma_k128,    // the same with 64-row tiles
   m128_n128_f16,          // moekit's TMA + f16 WGMMA kernel on FP8 values, f32 every 128 of K, 2 warpgroups
   m64_n128_f16,           // the same with 64-row tiles
 };

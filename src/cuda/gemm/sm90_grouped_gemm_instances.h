@@ -1,6 +1,6 @@
 // The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
 // sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel
-// (rows8, wgmma and f16 are moekit's own kernels, in sm90_grouped_gemm_fp8_{block_rows8,wgmma,f16}.cu).
+// (rows8, wgmma and f16 are moekit's own kernels, in sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16}.cu).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,12 @@
   X(GemmKind::fp8_channel, GemmTile::m192_n128_wgmma, fp8_channel_wgmma192) \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_wgmma, fp8_channel_wgmma128) \
   X(GemmKind::fp8_channel, GemmTile::m64_n128_wgmma, fp8_channel_wgmma64)   \
+  X(GemmKind::fp8_block, GemmTile::m192_n128_wgmma_k128, fp8_block_wgmma192_k128)     \
+  X(GemmKind::fp8_block, GemmTile::m128_n128_wgmma_k128, fp8_block_wgmma128_k128)     \
+  X(GemmKind::fp8_block, GemmTile::m64_n128_wgmma_k128, fp8_block_wgmma64_k128)       \
+  X(GemmKind::fp8_channel, GemmTile::m192_n128_wgmma_k128, fp8_channel_wgmma192_k128) \
+  X(GemmKind::fp8_channel, GemmTile::m128_n128_wgmma_k128, fp8_channel_wgmma128_k128) \
+  X(GemmKind::fp8_channel, GemmTile::m64_n128_wgmma_k128, fp8_channel_wgmma64_k128)   \
   X(GemmKind::fp8_block, GemmTile::m128_n128_f16, fp8_block_f16_128)         \
   X(GemmKind::fp8_block, GemmTile::m64_n128_f16, fp8_block_f16_64)           \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_f16, fp8_channel_f16_128)     \

@@ -178,6 +178,16 @@ __device__ __forceinline__ Ring ring_layout(std::uint8_t* smem_raw, int stages, 
           stages,             stage_bytes, kRows * kTileK};
 }
 
+// Thread 0 initializes the ring's barriers: full as full_arrivals says, empty with empty_count
+// arrivals (the consumer threads that read a stage).
+__device__ __forceinline__ void init_ring(const Ring& ring, bool channel, int empty_count) {
+  for (int s = 0; s < ring.stages; ++s) {
+    barrier_init(ring.full + 8 * s, full_arrivals(channel));
+    barrier_init(ring.empty + 8 * s, empty_count);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Warp 0 finds the block's tile; thread 0 keeps it in shared memory and initializes the ring's
 // barriers (empty: empty_arrivals(tile) arrivals). Then every thread has the tile in t, or false:
 // this block has none.
@@ -191,11 +201,7 @@ __device__ __forceinline__ bool start_tile(const Params& p, const Ring& ring, Ti
     if (threadIdx.x == 0) {
       found = ok;
       *shared_tile = mine;
-      for (int s = 0; s < ring.stages; ++s) {
-        barrier_init(ring.full + 8 * s, full_arrivals(kChannel));
-        barrier_init(ring.empty + 8 * s, empty_arrivals(mine));
-      }
-      asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+      init_ring(ring, kChannel, empty_arrivals(mine));
     }
   }
   __syncthreads();
@@ -204,12 +210,22 @@ __device__ __forceinline__ bool start_tile(const Params& p, const Ring& ring, Ti
   return true;
 }
 
+// The ring position of a K block: its stage and the parity of that stage's use. A persistent
+// block counts its K blocks over all of its tiles, so stages and parities run on across tiles.
+struct RingSlot {
+  int stage;
+  std::uint32_t parity;
+};
+__device__ __forceinline__ RingSlot ring_slot(const Ring& ring, int position) {
+  return {position % ring.stages, std::uint32_t((position / ring.stages) & 1)};
+}
+
 // Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the warp also copies
 // the stage's scales into shared memory (loaded a block ahead), so that the consumers never wait
-// on global loads.
+// on global loads. position: the ring position of the tile's first K block; advanced past its last.
 template <bool kChannel, int kRows>
 __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p, const Tile& t,
-                                        const Ring& ring) {
+                                        const Ring& ring, int& position) {
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int n_blocks = (p.n + kTileN - 1) / kTileN;
@@ -226,9 +242,10 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
     next_w = __ldg(w_scale + std::size_t(kb) * n_blocks);
   };
   if (!kChannel) load(0);
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    const int s = kb % ring.stages;
-    barrier_wait(ring.empty + 8 * s, ((kb / ring.stages) & 1) ^ 1);
+  for (int kb = 0; kb < k_blocks; ++kb, ++position) {
+    const RingSlot slot = ring_slot(ring, position);
+    const int s = slot.stage;
+    barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
     if (lane == 0) {
       barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
       const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);

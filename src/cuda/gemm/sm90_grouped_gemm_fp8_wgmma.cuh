@@ -1,0 +1,214 @@
+// moekit's FP8 grouped GEMM on Hopper: TMA + WGMMA, warp-specialized and persistent, for the
+// contiguous layout (fp8_block and fp8_channel). Instances: sm90_grouped_gemm_fp8_wgmma.cu
+// (kSumK = 32) and sm90_grouped_gemm_fp8_wgmma_k128.cu (kSumK = 128).
+// kSumK is how much of K the tensor core sums before the f32 promotion times the block scales:
+//   128  four WGMMAs of 32 chained per 128-K block, one promotion: DeepSeek-V3's recipe, what
+//        DeepGEMM and CUTLASS's blockwise mainloop compute (DESIGN §8 `fast`, the default)
+//   32   every WGMMA from zero and promoted at once (`exact`): closer to the CPU's f32 sums (the
+//        FP8 tensor core keeps about 13 bits), an FFMA per accumulator per 32 of K
+// Steps:
+//   1. a grid of at most one block per SM; block b takes tiles b, b + grid, ... of the
+//      (group, row tile, 128-column tile) walk (sm90_wgmma.cuh: row tiles fastest, so the tiles
+//      that share a W tile run side by side); every warp finds its tile itself. Row tiles of 192
+//      (3 consumer warpgroups; on a group's last tile those without rows skip it, so tiles fit a
+//      group's rows to 64), 128 (2 warpgroups) or 64 (2 warpgroups of 64 columns)
+//   2. warp 0 (producer): per 128 of K, TMA of the A tile (rows x 128) and the 128x128 W tile into
+//      a ring of stages, and with block scales the stage's A and W scales into shared memory; the
+//      ring runs on across the block's tiles, so the next tile loads while this one stores
+//   3. consumer warpgroups (the producer's registers go to them): 64 rows x kCols columns each;
+//      per stage the WGMMAs, then acc += (a_scale * w_scale) * part (block) or acc += part
+//      (channel scales enter at the store, as the CPU applies them); the stage goes back once its
+//      WGMMAs are done. kSumK = 32 with two part buffers: the next WGMMA runs while one is added
+//   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/sm90_grouped_gemm_instances.h"
+#include "cuda/gemm/sm90_wgmma.cuh"
+
+namespace moekit::cuda::sm90::fp8_wgmma {
+
+using namespace wgmma;
+
+constexpr int kPipelineBytes = 192 * 1024;
+
+// A tile of kRows rows: the consumer warpgroups, what each takes, and the stages that fit.
+template <int kRows, int kSumK>
+struct Shape {
+  static_assert(kRows == 192 || kRows == 128 || kRows == 64, "row tiles of 192, 128 or 64");
+  static_assert(kSumK == 32 || kSumK == 128, "f32 promotion every 32 or every 128 of K");
+  static constexpr int kConsumers = kRows == 192 ? 3 : 2;
+  static constexpr int kThreads = (1 + kConsumers) * 128;
+  static constexpr int kWarpgroupCols = kRows == 64 ? 64 : 128;  // the WGMMA's N
+  // Registers after setmaxnreg: the producer's go to the consumers. Three consumers have room
+  // for one part buffer, two for two.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 56 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 152 : 232;
+  static constexpr bool kTwoParts = kConsumers == 2 && kSumK == 32;
+  static constexpr int kTileABytes = kRows * kTileK;
+  static constexpr int kStageBytes = kTileABytes + kTileN * kTileK;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
+  // Tiles, then the barriers, a (here unused) tile slot, and per stage kRows A scales and a W scale.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 32 + kStages * (kRows + 1) * 4;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
+  // Where warpgroup c's part of the tile starts.
+  static constexpr int row_of(int c) { return kRows == 64 ? 0 : c * 64; }
+  static constexpr int col_of(int c) { return kRows == 64 ? c * 64 : 0; }
+  // The consumers with rows to compute in a tile whose rows [m0, m0 + kRows) hold rows - m0 of the
+  // group's; the others skip the tile (the busy ones then have the tensor core to themselves).
+  static __device__ int busy(int m0, int rows) {
+    return kRows == 64 ? kConsumers : min(kConsumers, (rows - m0 + 63) / 64);
+  }
+};
+
+// d (+)= a (64x32, K-major shared) x b (32xN, K-major shared); accumulate = 0: from zero. f32,
+// N/2 registers.
+template <int kN>
+__device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
+  static_assert(kN == 128 || kN == 64, "WGMMA N of 128 or 64");
+#define MOEKIT_FP8_K32(N, REGS, AB, SCALE_D) \
+  "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
+  if constexpr (kN == 128)
+    asm volatile(MOEKIT_FP8_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66")
+                 : MOEKIT_WGMMA_D64("+f")
+                 : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(MOEKIT_FP8_K32("64", MOEKIT_WGMMA_R32, "%32, %33", "34")
+                 : MOEKIT_WGMMA_D32("+f")
+                 : "l"(a), "l"(b), "r"(accumulate));
+#undef MOEKIT_FP8_K32
+}
+
+template <bool kChannel, int kRows, int kSumK>
+__global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
+    fp8_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
+  using S = Shape<kRows, kSumK>;
+  constexpr int kStageBytes = S::kStageBytes, kCols = S::kWarpgroupCols;
+  // ---- shared memory and barriers: empty counts every consumer thread (each arrives after its
+  // own reads of a stage, also in a tile it skips)
+  extern __shared__ std::uint8_t smem_raw[];
+  Tile* unused = nullptr;
+  const Ring ring = ring_layout<kRows>(smem_raw, S::kStages, kStageBytes, 0, unused);
+  if (threadIdx.x == 0) init_ring(ring, kChannel, S::kConsumers * 128);
+  __syncthreads();
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+
+  // ---- producer
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
+    if (threadIdx.x >= 32) return;
+    int position = 0;
+    Tile t;
+    for (int index = int(blockIdx.x); find_tile<kRows>(p, index, t); index += int(gridDim.x))
+      produce<kChannel, kRows>(map_a, map_w, p, t, ring, position);
+    return;
+  }
+
+  // ---- consumers: c takes 64 rows x kCols columns of a tile from (row_of(c), col_of(c)); this
+  // thread holds rows lo and lo + 8, and of each 8 columns the two at 2 * (lane % 4)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters));
+  const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4;
+  const int local = S::row_of(c) + warp * 16 + lane / 4;  // row lo within the tile
+  constexpr int kRegs = kCols / 2;
+  // part[i], acc[i]: row lo (i % 4 < 2) or lo + 8, column 8 (i / 4) + 2 (lane % 4) + i % 2
+  float acc[kRegs], part0[kRegs], part1[kRegs];
+  auto issue = [&](float(&part)[kRegs], std::uint32_t a, std::uint32_t b, int j, int accumulate) {
+    wgmma_k32<kCols>(part, smem_descriptor(a + 32 * j), smem_descriptor(b + 32 * j), accumulate);
+  };
+  // Waits for the WGMMAs but the newest `pending` groups, then acc += scale * part.
+  auto add = [&](float(&part)[kRegs], float s_lo, float s_hi, int pending) {
+    if (pending == 0) asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    else asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    pin(part);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] += kChannel ? part[i] : (i % 4 < 2 ? s_lo : s_hi) * part[i];
+  };
+  auto fence = [] { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); };
+  auto commit = [] { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); };
+
+  int position = 0;
+  Tile t;
+  for (int index = int(blockIdx.x); find_tile<kRows>(p, index, t); index += int(gridDim.x)) {
+    if (c >= S::busy(t.m0, t.rows)) {  // no rows here: hand the stages back as they fill
+      for (int kb = 0; kb < k_blocks; ++kb, ++position) {
+        const RingSlot slot = ring_slot(ring, position);
+        barrier_wait(ring.full + 8 * slot.stage, slot.parity);
+        barrier_arrive(ring.empty + 8 * slot.stage);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+    for (int kb = 0; kb < k_blocks; ++kb, ++position) {
+      const RingSlot slot = ring_slot(ring, position);
+      const int s = slot.stage;
+      barrier_wait(ring.full + 8 * s, slot.parity);
+      const float s_lo = kChannel ? 1.0f : ring.scale_a[s * kRows + local] * ring.scale_w[s];
+      const float s_hi = kChannel ? 1.0f : ring.scale_a[s * kRows + local + 8] * ring.scale_w[s];
+      const std::uint32_t a = ring.tiles + std::uint32_t(s * kStageBytes + S::row_of(c) * kTileK);
+      const std::uint32_t b = ring.tiles + std::uint32_t(s * kStageBytes + S::kTileABytes + S::col_of(c) * kTileK);
+      if constexpr (kSumK == 128) {
+        pin(part0);
+        fence();
+#pragma unroll
+        for (int j = 0; j < kTileK / 32; ++j) issue(part0, a, b, j, j > 0);
+        commit();
+        add(part0, s_lo, s_hi, 0);
+      } else if constexpr (S::kTwoParts) {
+        pin(part0);
+        fence();
+        issue(part0, a, b, 0, 0);
+        commit();
+        pin(part1);
+        fence();
+        issue(part1, a, b, 1, 0);
+        commit();
+        add(part0, s_lo, s_hi, 1);
+        fence();
+        issue(part0, a, b, 2, 0);
+        commit();
+        add(part1, s_lo, s_hi, 1);
+        fence();
+        issue(part1, a, b, 3, 0);
+        commit();
+        add(part0, s_lo, s_hi, 1);
+        add(part1, s_lo, s_hi, 0);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTileK / 32; ++j) {
+          pin(part0);
+          fence();
+          issue(part0, a, b, j, 0);
+          commit();
+          add(part0, s_lo, s_hi, 0);
+        }
+      }
+      barrier_arrive(ring.empty + 8 * s);  // every thread, after its WGMMAs read the stage
+    }
+    const int lo = t.m0 + local;  // and lo + 8
+    store_bf16<kChannel, kCols>(p, t, acc, lo, t.n0 + S::col_of(c) + 2 * (lane % 4), row_scales<kChannel>(p, t, lo));
+  }
+}
+
+// A grid of at most one block per SM over every tile that may have rows.
+template <bool kChannel, int kRows, int kSumK>
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
+  using S = Shape<kRows, kSumK>;
+  const TileLaunch l = tile_launch(desc, args, kRows);
+  if (l.blocks == 0) return;
+  int device = 0, sms = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const unsigned grid = std::min(l.blocks, unsigned(sms));
+  // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows, kSumK>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  fp8_wgmma<kChannel, kRows, kSumK><<<grid, S::kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
+  MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
+}
+
+}  // namespace moekit::cuda::sm90::fp8_wgmma
