@@ -36,7 +36,7 @@ if [[ " $steps " == *" layer "* ]]; then
     for dir in $new $base; do
       name="layer_${mode}_$(basename "$dir")"
       echo "== $dir/moekit bench --fp8-accumulation $mode"
-      timeout 900 "$dir/moekit" bench --preset deepseek-v3,qwen3-30b-a3b --tokens "${MOEKIT_LAYER_TOKENS:-1,64,512,4096,16384}" \
+      timeout 240 "$dir/moekit" bench --preset deepseek-v3,qwen3-30b-a3b --tokens "${MOEKIT_LAYER_TOKENS:-1,64,512,4096,16384}" \
         --fp8-accumulation "$mode" --stages --json "$out/$name.json" >"$out/$name.log" 2>&1 || status=1
     done
   done
