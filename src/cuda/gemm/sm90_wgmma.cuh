@@ -160,9 +160,21 @@ struct Ring {
 };
 
 // Arrivals that fill a stage: lane 0's with the TMA's bytes, and with block scales one more per
-// producer lane after its scale stores (each lane releases its own stores: compute-sanitizer's
-// racecheck does not follow a __syncwarp before one lane's arrive).
+// producer lane, made when that lane's scale copies have landed (cp.async tracked by the barrier).
 constexpr int full_arrivals(bool channel) { return channel ? 1 : 1 + 32; }
+
+// 4 bytes from global to shared memory, asynchronously; where !valid, zeros (and nothing is
+// read: fallback, a readable address, stands in for src).
+__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool valid, const float* fallback) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(valid ? src : fallback),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// The barrier's arrival for this thread, once its cp.async copies so far have landed.
+__device__ __forceinline__ void barrier_arrive_when_copied(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 
 // A block's shared memory: the ring's stages from a 1024-byte-aligned start (swizzled tiles), `gap`
 // bytes the kernel keeps for itself, then the ring's barriers, the tile and the stages' scales.
@@ -220,9 +232,10 @@ __device__ __forceinline__ RingSlot ring_slot(const Ring& ring, int position) {
   return {position % ring.stages, std::uint32_t((position / ring.stages) & 1)};
 }
 
-// Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the warp also copies
-// the stage's scales into shared memory (loaded a block ahead), so that the consumers never wait
-// on global loads. position: the ring position of the tile's first K block; advanced past its last.
+// Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the lanes also copy
+// the stage's A and W scales into shared memory by cp.async, which the stage's full barrier waits
+// for, so that neither the consumers nor the producer ever wait on a global load. position: the
+// ring position of the tile's first K block; advanced past its last.
 template <bool kChannel, int kRows>
 __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p, const Tile& t,
                                         const Ring& ring, int& position) {
@@ -231,17 +244,6 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
   const int n_blocks = (p.n + kTileN - 1) / kTileN;
   const float* w_scale = tile_w_scales<kChannel>(p, t);
   const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
-  constexpr int kPerLane = kRows / 32;
-  float next_a[kPerLane], next_w = 0.0f;
-  auto load = [&](int kb) {
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int r = lane + 32 * i;
-      next_a[i] = t.m0 + r < t.padded ? __ldg(a_scale + std::size_t(kb) * t.padded + r) : 0.0f;
-    }
-    next_w = __ldg(w_scale + std::size_t(kb) * n_blocks);
-  };
-  if (!kChannel) load(0);
   for (int kb = 0; kb < k_blocks; ++kb, ++position) {
     const RingSlot slot = ring_slot(ring, position);
     const int s = slot.stage;
@@ -253,11 +255,14 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
       tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * p.n + t.n0, ring.full + 8 * s);
     }
     if (!kChannel) {
+      // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) ring.scale_a[s * kRows + lane + 32 * i] = next_a[i];
-      if (lane == 0) ring.scale_w[s] = next_w;
-      barrier_arrive(ring.full + 8 * s);
-      if (kb + 1 < k_blocks) load(kb + 1);
+      for (int i = 0; i < kRows / 32; ++i) {
+        const int r = lane + 32 * i;
+        copy4_async(ring.scale_a + s * kRows + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
+      }
+      if (lane == 0) copy4_async(ring.scale_w + s, w_scale + std::size_t(kb) * n_blocks, true, w_scale);
+      barrier_arrive_when_copied(ring.full + 8 * s);
     }
   }
 }
