@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x < 32) {
       int position = 0;  // one tile per block
-      produce<kChannel, kRows>(map_a, map_w, p, t, ring, position);
+      produce<!kChannel, kRows>(map_a, map_w, p, t, ring, position);
     }
     return;
   }

@@ -13,12 +13,13 @@
 //      (3 consumer warpgroups; on a group's last tile those without rows skip it, so tiles fit a
 //      group's rows to 64), 128 (2 warpgroups) or 64 (2 warpgroups of 64 columns)
 //   2. warp 0 (producer): per 128 of K, TMA of the A tile (rows x 128) and the 128x128 W tile into
-//      a ring of stages, and with block scales the stage's A and W scales into shared memory; the
-//      ring runs on across the block's tiles, so the next tile loads while this one stores
+//      a ring of stages; the ring runs on across the block's tiles, so the next tile loads while
+//      this one stores
 //   3. consumer warpgroups (the producer's registers go to them): 64 rows x kCols columns each;
-//      per stage the WGMMAs, then acc += (a_scale * w_scale) * part (block) or acc += part
-//      (channel scales enter at the store, as the CPU applies them); the stage goes back once its
-//      WGMMAs are done. kSumK = 32 with two part buffers: the next WGMMA runs while one is added
+//      per stage the WGMMAs, then acc += (a_scale * w_scale) * part (block scales, which each
+//      thread loads from global memory two stages ahead) or acc += part (channel scales enter at
+//      the store, as the CPU applies them); the stage goes back once its WGMMAs are done.
+//      kSumK = 32 with two part buffers: the next WGMMA runs while one is added
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
 #pragma once
 
@@ -33,7 +34,7 @@ namespace moekit::cuda::sm90::fp8_wgmma {
 
 using namespace wgmma;
 
-constexpr int kPipelineBytes = 192 * 1024;
+constexpr int kPipelineBytes = 224 * 1024;  // 192-row tiles: 5 stages, 128: 7, 64: 9
 
 // A tile of kRows rows: the consumer warpgroups, what each takes, and the stages that fit.
 template <int kRows, int kSumK>
@@ -45,14 +46,15 @@ struct Shape {
   static constexpr int kWarpgroupCols = kRows == 64 ? 64 : 128;  // the WGMMA's N
   // Registers after setmaxnreg: the producer's go to the consumers. Three consumers have room
   // for one part buffer, two for two.
-  static constexpr int kProducerRegisters = kConsumers == 3 ? 56 : 40;
-  static constexpr int kConsumerRegisters = kConsumers == 3 ? 152 : 232;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
   static constexpr bool kTwoParts = kConsumers == 2 && kSumK == 32;
   static constexpr int kTileABytes = kRows * kTileK;
   static constexpr int kStageBytes = kTileABytes + kTileN * kTileK;
   static constexpr int kStages = kPipelineBytes / kStageBytes;
-  // Tiles, then the barriers, a (here unused) tile slot, and per stage kRows A scales and a W scale.
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 32 + kStages * (kRows + 1) * 4;
+  // The 1024-byte alignment, the tiles, then the barriers (the ring's scale slots stay unused: the
+  // consumers load their scales themselves).
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
   // Where warpgroup c's part of the tile starts.
   static constexpr int row_of(int c) { return kRows == 64 ? 0 : c * 64; }
@@ -87,14 +89,14 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
     fp8_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
   using S = Shape<kRows, kSumK>;
   constexpr int kStageBytes = S::kStageBytes, kCols = S::kWarpgroupCols;
-  // ---- shared memory and barriers: empty counts every consumer thread (each arrives after its
-  // own reads of a stage, also in a tile it skips)
+  // ---- shared memory and barriers: full waits for the TMA's bytes alone; empty counts every
+  // consumer thread (each arrives after its own reads of a stage, also in a tile it skips)
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
   const Ring ring = ring_layout<kRows>(smem_raw, S::kStages, kStageBytes, 0, unused);
-  if (threadIdx.x == 0) init_ring(ring, kChannel, S::kConsumers * 128);
+  if (threadIdx.x == 0) init_ring(ring, false, S::kConsumers * 128);
   __syncthreads();
-  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
 
   // ---- producer
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
     int position = 0;
     Tile t;
     for (int index = int(blockIdx.x); find_tile<kRows>(p, index, t); index += int(gridDim.x))
-      produce<kChannel, kRows>(map_a, map_w, p, t, ring, position);
+      produce<false, kRows>(map_a, map_w, p, t, ring, position);
     return;
   }
 
@@ -130,6 +132,12 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   auto fence = [] { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); };
   auto commit = [] { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); };
 
+  // A K block's block scales for this thread: its rows' A scales and the tile's W scale, loaded
+  // from global memory two K blocks before their use (even and odd blocks in their own registers,
+  // so that no load is waited for early); channel scales enter at the store.
+  struct BlockScales {
+    float a_lo = 0.0f, a_hi = 0.0f, w = 0.0f;
+  };
   int position = 0;
   Tile t;
   for (int index = int(blockIdx.x); find_tile<kRows>(p, index, t); index += int(gridDim.x)) {
@@ -141,22 +149,38 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
       }
       continue;
     }
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
-    for (int kb = 0; kb < k_blocks; ++kb, ++position) {
-      const RingSlot slot = ring_slot(ring, position);
+    const float* w_scale = tile_w_scales<false>(p, t);
+    const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0 + local;
+    const bool lo_valid = t.m0 + local < t.padded, hi_valid = t.m0 + local + 8 < t.padded;
+    auto fetch = [&](int kb, BlockScales& into) {
+      if (kChannel || kb >= k_blocks) return;
+      const std::size_t at = std::size_t(kb) * t.padded;
+      into.w = __ldg(w_scale + std::size_t(kb) * n_blocks);
+      into.a_lo = lo_valid ? __ldg(a_scale + at) : 0.0f;  // rows past the group's: another group's
+      into.a_hi = hi_valid ? __ldg(a_scale + at + 8) : 0.0f;
+    };
+    // Block kb from its stage into acc; then its scale registers take block kb + 2's.
+    auto block = [&](int kb, BlockScales& scales) {
+      const RingSlot slot = ring_slot(ring, position + kb);
       const int s = slot.stage;
       barrier_wait(ring.full + 8 * s, slot.parity);
-      const float s_lo = kChannel ? 1.0f : ring.scale_a[s * kRows + local] * ring.scale_w[s];
-      const float s_hi = kChannel ? 1.0f : ring.scale_a[s * kRows + local + 8] * ring.scale_w[s];
       const std::uint32_t a = ring.tiles + std::uint32_t(s * kStageBytes + S::row_of(c) * kTileK);
       const std::uint32_t b = ring.tiles + std::uint32_t(s * kStageBytes + S::kTileABytes + S::col_of(c) * kTileK);
+      // the scales are needed once the first WGMMAs are on their way (not before: their loads
+      // may still be in flight)
+      float s_lo = 1.0f, s_hi = 1.0f;
+      auto scale = [&] {
+        asm volatile("" : "+f"(scales.a_lo), "+f"(scales.a_hi), "+f"(scales.w));
+        s_lo = scales.a_lo * scales.w;
+        s_hi = scales.a_hi * scales.w;
+      };
       if constexpr (kSumK == 128) {
         pin(part0);
         fence();
 #pragma unroll
         for (int j = 0; j < kTileK / 32; ++j) issue(part0, a, b, j, j > 0);
         commit();
+        scale();
         add(part0, s_lo, s_hi, 0);
       } else if constexpr (S::kTwoParts) {
         pin(part0);
@@ -167,6 +191,7 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
         fence();
         issue(part1, a, b, 1, 0);
         commit();
+        scale();
         add(part0, s_lo, s_hi, 1);
         fence();
         issue(part0, a, b, 2, 0);
@@ -184,11 +209,25 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
           fence();
           issue(part0, a, b, j, 0);
           commit();
+          if (j == 0) scale();
           add(part0, s_lo, s_hi, 0);
         }
       }
       barrier_arrive(ring.empty + 8 * s);  // every thread, after its WGMMAs read the stage
+      fetch(kb + 2, scales);
+    };
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+    BlockScales even, odd;
+    fetch(0, even);
+    fetch(1, odd);
+    int kb = 0;
+    for (; kb + 1 < k_blocks; kb += 2) {
+      block(kb, even);
+      block(kb + 1, odd);
     }
+    if (kb < k_blocks) block(kb, even);
+    position += k_blocks;
     const int lo = t.m0 + local;  // and lo + 8
     store_bf16<kChannel, kCols>(p, t, acc, lo, t.n0 + S::col_of(c) + 2 * (lane % 4), row_scales<kChannel>(p, t, lo));
   }

@@ -159,9 +159,10 @@ struct Ring {
   int stages, stage_bytes, a_bytes;  // a_bytes: the A tile's, the W tile after it
 };
 
-// Arrivals that fill a stage: lane 0's with the TMA's bytes, and with block scales one more per
-// producer lane, made when that lane's scale copies have landed (cp.async tracked by the barrier).
-constexpr int full_arrivals(bool channel) { return channel ? 1 : 1 + 32; }
+// Arrivals that fill a stage: lane 0's with the TMA's bytes, and where the producer stages block
+// scales one more per producer lane, made when that lane's scale copies have landed (cp.async
+// tracked by the barrier).
+constexpr int full_arrivals(bool stage_scales) { return stage_scales ? 1 + 32 : 1; }
 
 // 4 bytes from global to shared memory, asynchronously; where !valid, zeros (and nothing is
 // read: fallback, a readable address, stands in for src).
@@ -192,9 +193,9 @@ __device__ __forceinline__ Ring ring_layout(std::uint8_t* smem_raw, int stages, 
 
 // Thread 0 initializes the ring's barriers: full as full_arrivals says, empty with empty_count
 // arrivals (the consumer threads that read a stage).
-__device__ __forceinline__ void init_ring(const Ring& ring, bool channel, int empty_count) {
+__device__ __forceinline__ void init_ring(const Ring& ring, bool stage_scales, int empty_count) {
   for (int s = 0; s < ring.stages; ++s) {
-    barrier_init(ring.full + 8 * s, full_arrivals(channel));
+    barrier_init(ring.full + 8 * s, full_arrivals(stage_scales));
     barrier_init(ring.empty + 8 * s, empty_count);
   }
   asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
@@ -213,7 +214,7 @@ __device__ __forceinline__ bool start_tile(const Params& p, const Ring& ring, Ti
     if (threadIdx.x == 0) {
       found = ok;
       *shared_tile = mine;
-      init_ring(ring, kChannel, empty_arrivals(mine));
+      init_ring(ring, !kChannel, empty_arrivals(mine));
     }
   }
   __syncthreads();
@@ -232,17 +233,17 @@ __device__ __forceinline__ RingSlot ring_slot(const Ring& ring, int position) {
   return {position % ring.stages, std::uint32_t((position / ring.stages) & 1)};
 }
 
-// Warp 0 of the producer warpgroup: lane 0 issues the TMA; with block scales the lanes also copy
-// the stage's A and W scales into shared memory by cp.async, which the stage's full barrier waits
-// for, so that neither the consumers nor the producer ever wait on a global load. position: the
-// ring position of the tile's first K block; advanced past its last.
-template <bool kChannel, int kRows>
+// Warp 0 of the producer warpgroup: lane 0 issues the TMA; with kStageScales (block scales) the
+// lanes also copy the stage's A and W scales into shared memory by cp.async, which the stage's full
+// barrier waits for, so that neither the consumers nor the producer wait on a global load.
+// position: the ring position of the tile's first K block; advanced past its last.
+template <bool kStageScales, int kRows>
 __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p, const Tile& t,
                                         const Ring& ring, int& position) {
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int n_blocks = (p.n + kTileN - 1) / kTileN;
-  const float* w_scale = tile_w_scales<kChannel>(p, t);
+  const float* w_scale = tile_w_scales<false>(p, t);
   const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
   for (int kb = 0; kb < k_blocks; ++kb, ++position) {
     const RingSlot slot = ring_slot(ring, position);
@@ -254,7 +255,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
       tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
       tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * p.n + t.n0, ring.full + 8 * s);
     }
-    if (!kChannel) {
+    if (kStageScales) {
       // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
 #pragma unroll
       for (int i = 0; i < kRows / 32; ++i) {
