@@ -118,13 +118,19 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   constexpr int kRegs = kCols / 2;
   // part[i], acc[i]: row lo (i % 4 < 2) or lo + 8, column 8 (i / 4) + 2 (lane % 4) + i % 2
   float acc[kRegs], part0[kRegs], part1[kRegs];
-  auto issue = [&](float(&part)[kRegs], std::uint32_t a, std::uint32_t b, int j, int accumulate) {
-    wgmma_k32<kCols>(part, smem_descriptor(a + 32 * j), smem_descriptor(b + 32 * j), accumulate);
+  // The WGMMA descriptors of this warpgroup's A rows and W columns in stage 0; stage s is
+  // kStageBytes / 16 further, K step j 32 / 16 (the descriptor counts 16-byte units).
+  const std::uint64_t desc_a0 = smem_descriptor(ring.tiles + std::uint32_t(S::row_of(c) * kTileK));
+  const std::uint64_t desc_b0 = smem_descriptor(ring.tiles + std::uint32_t(S::kTileABytes + S::col_of(c) * kTileK));
+  auto issue = [&](float(&part)[kRegs], std::uint64_t da, std::uint64_t db, int j, int accumulate) {
+    wgmma_k32<kCols>(part, da + 2 * j, db + 2 * j, accumulate);
   };
-  // Waits for the WGMMAs but the newest `pending` groups, then acc += scale * part.
-  auto add = [&](float(&part)[kRegs], float s_lo, float s_hi, int pending) {
+  auto wait = [](int pending) {
     if (pending == 0) asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     else asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+  };
+  // acc += scale * part, once part's WGMMAs are done.
+  auto add = [&](float(&part)[kRegs], float s_lo, float s_hi) {
     pin(part);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] += kChannel ? part[i] : (i % 4 < 2 ? s_lo : s_hi) * part[i];
@@ -141,9 +147,13 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   int position = 0;
   Tile t;
   for (int index = int(blockIdx.x); find_tile<kRows>(p, index, t); index += int(gridDim.x)) {
+    RingSlot slot = ring_slot(ring, position);  // of the tile's first K block, then the next ones
+    position += k_blocks;
+    auto next_slot = [&] {
+      if (++slot.stage == S::kStages) slot.stage = 0, slot.parity ^= 1;
+    };
     if (c >= S::busy(t.m0, t.rows)) {  // no rows here: hand the stages back as they fill
-      for (int kb = 0; kb < k_blocks; ++kb, ++position) {
-        const RingSlot slot = ring_slot(ring, position);
+      for (int kb = 0; kb < k_blocks; ++kb, next_slot()) {
         barrier_wait(ring.full + 8 * slot.stage, slot.parity);
         barrier_arrive(ring.empty + 8 * slot.stage);
       }
@@ -159,13 +169,14 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
       into.a_lo = lo_valid ? __ldg(a_scale + at) : 0.0f;  // rows past the group's: another group's
       into.a_hi = hi_valid ? __ldg(a_scale + at + 8) : 0.0f;
     };
-    // Block kb from its stage into acc; then its scale registers take block kb + 2's.
+    // Block kb from its stage into acc; the stage goes back as soon as its WGMMAs are done; then
+    // the scale registers take block kb + 2's.
     auto block = [&](int kb, BlockScales& scales) {
-      const RingSlot slot = ring_slot(ring, position + kb);
       const int s = slot.stage;
       barrier_wait(ring.full + 8 * s, slot.parity);
-      const std::uint32_t a = ring.tiles + std::uint32_t(s * kStageBytes + S::row_of(c) * kTileK);
-      const std::uint32_t b = ring.tiles + std::uint32_t(s * kStageBytes + S::kTileABytes + S::col_of(c) * kTileK);
+      const std::uint64_t da = desc_a0 + std::uint64_t(s) * (kStageBytes / 16);
+      const std::uint64_t db = desc_b0 + std::uint64_t(s) * (kStageBytes / 16);
+      const std::uint32_t empty = ring.empty + 8 * s;
       // the scales are needed once the first WGMMAs are on their way (not before: their loads
       // may still be in flight)
       float s_lo = 1.0f, s_hi = 1.0f;
@@ -178,43 +189,52 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
         pin(part0);
         fence();
 #pragma unroll
-        for (int j = 0; j < kTileK / 32; ++j) issue(part0, a, b, j, j > 0);
+        for (int j = 0; j < kTileK / 32; ++j) issue(part0, da, db, j, j > 0);
         commit();
         scale();
-        add(part0, s_lo, s_hi, 0);
+        wait(0);
+        barrier_arrive(empty);  // every thread, after its WGMMAs read the stage
+        add(part0, s_lo, s_hi);
       } else if constexpr (S::kTwoParts) {
         pin(part0);
         fence();
-        issue(part0, a, b, 0, 0);
+        issue(part0, da, db, 0, 0);
         commit();
         pin(part1);
         fence();
-        issue(part1, a, b, 1, 0);
+        issue(part1, da, db, 1, 0);
         commit();
         scale();
-        add(part0, s_lo, s_hi, 1);
+        wait(1);
+        add(part0, s_lo, s_hi);
         fence();
-        issue(part0, a, b, 2, 0);
+        issue(part0, da, db, 2, 0);
         commit();
-        add(part1, s_lo, s_hi, 1);
+        wait(1);
+        add(part1, s_lo, s_hi);
         fence();
-        issue(part1, a, b, 3, 0);
+        issue(part1, da, db, 3, 0);
         commit();
-        add(part0, s_lo, s_hi, 1);
-        add(part1, s_lo, s_hi, 0);
+        wait(1);
+        add(part0, s_lo, s_hi);
+        wait(0);
+        barrier_arrive(empty);
+        add(part1, s_lo, s_hi);
       } else {
 #pragma unroll
         for (int j = 0; j < kTileK / 32; ++j) {
           pin(part0);
           fence();
-          issue(part0, a, b, j, 0);
+          issue(part0, da, db, j, 0);
           commit();
           if (j == 0) scale();
-          add(part0, s_lo, s_hi, 0);
+          wait(0);
+          if (j == kTileK / 32 - 1) barrier_arrive(empty);
+          add(part0, s_lo, s_hi);
         }
       }
-      barrier_arrive(ring.empty + 8 * s);  // every thread, after its WGMMAs read the stage
       fetch(kb + 2, scales);
+      next_slot();
     };
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
@@ -227,7 +247,6 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
       block(kb + 1, odd);
     }
     if (kb < k_blocks) block(kb, even);
-    position += k_blocks;
     const int lo = t.m0 + local;  // and lo + 8
     store_bf16<kChannel, kCols>(p, t, acc, lo, t.n0 + S::col_of(c) + 2 * (lane % 4), row_scales<kChannel>(p, t, lo));
   }
