@@ -83,7 +83,6 @@ long long computed_rows(long long rows, GemmTile tile) {
     }
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:
-    case GemmTile::m64_n128_wgmma_k128:
     case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;
     case GemmTile::rows8_warp_mma: return (rows + 7) / 8 * 8;
     default: return (rows + 127) / 128 * 128;
@@ -120,7 +119,7 @@ void run_case(const Case& c) {
   const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
   const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
   for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma,
-                        GemmTile::m192_n128_wgmma_k128, GemmTile::m128_n128_wgmma_k128, GemmTile::m64_n128_wgmma_k128,
+                        GemmTile::m192_n128_wgmma_k128,
                         GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
                         GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}) {
     if (tile == GemmTile::rows8_warp_mma && max_group > 8) continue;  // decode only

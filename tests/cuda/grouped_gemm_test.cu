@@ -175,8 +175,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m128_n128_wgmma ? "_wgmma128_"
                      : info.param.tile == GemmTile::m64_n128_wgmma ? "_wgmma64_"
                      : info.param.tile == GemmTile::m192_n128_wgmma_k128 ? "_wgmma192_k128_"
-                     : info.param.tile == GemmTile::m128_n128_wgmma_k128 ? "_wgmma128_k128_"
-                     : info.param.tile == GemmTile::m64_n128_wgmma_k128 ? "_wgmma64_k128_"
                      : info.param.tile == GemmTile::m128_n128_f16 ? "_f16_128_"
                      : info.param.tile == GemmTile::m64_n128_f16 ? "_f16_64_"
                                                                    : "_m128_";
@@ -277,8 +275,7 @@ std::vector<Case> all_cases() {
     for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
       for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
   for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
-    for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m128_n128_wgmma_k128, GemmTile::m64_n128_wgmma_k128,
-                          GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
+    for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
                           GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
       if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
         for (const Shape& s : kShapes) cases.push_back({kind, tile, s});

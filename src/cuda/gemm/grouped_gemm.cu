@@ -48,8 +48,6 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_wgmma: return "128x128 wgmma, f32 every 32 K";
     case GemmTile::m64_n128_wgmma: return "64x128 wgmma, f32 every 32 K";
     case GemmTile::m192_n128_wgmma_k128: return "192x128 wgmma, f32 every 128 K";
-    case GemmTile::m128_n128_wgmma_k128: return "128x128 wgmma, f32 every 128 K";
-    case GemmTile::m64_n128_wgmma_k128: return "64x128 wgmma, f32 every 128 K";
     case GemmTile::m128_n128_f16: return "128x128 f16 wgmma on fp8, f32 every 128 K";
     case GemmTile::m64_n128_f16: return "64x128 f16 wgmma on fp8, f32 every 128 K";
   }
@@ -77,10 +75,9 @@ GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized
 GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums, bool batch_invariant) {
   // Batch invariance: one tile whatever the batch (never the decode kernel, whose sums differ).
   if (batch_invariant) {
-    const GemmTile tile = sums == GemmSums::f32           ? GemmTile::m128_n128_f16
-                          : sums == GemmSums::k32         ? GemmTile::m128_n128_wgmma
-                          : desc.kind != GemmKind::bf16 ? GemmTile::m128_n128_wgmma_k128
-                                                          : GemmTile::m128_n128_cooperative;
+    const GemmTile tile = sums == GemmSums::f32 ? GemmTile::m128_n128_f16
+                          : sums == GemmSums::k32 ? GemmTile::m128_n128_wgmma
+                                                  : GemmTile::m128_n128_cooperative;
     return {{tile}, "batch-invariant: the same tile at every batch size"};
   }
   const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows per group";
@@ -108,15 +105,18 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
                                                     : " > 384: 128-row tiles, two part buffers";
     if (cuda::can_implement(desc, {tile})) return {{tile}, rows + why + "; requantized next: f32 every 32 of K"};
   }
-  // 128 of K per promotion: moekit's persistent FP8 WGMMA kernel, its tiles chosen as above.
-  if (sums == GemmSums::tensor_core && desc.kind != GemmKind::bf16) {
-    const GemmTile tile = few                     ? GemmTile::m64_n128_wgmma_k128
-                          : rows_per_group <= 384 ? GemmTile::m192_n128_wgmma_k128
-                                                  : GemmTile::m128_n128_wgmma_k128;
-    const std::string why = few                     ? tiles
-                            : rows_per_group <= 384 ? " in (64, 384]: 192-row tiles, fitted to 64 rows"
-                                                    : " > 384: 128-row tiles";
-    if (cuda::can_implement(desc, {tile})) return {{tile}, rows + why + "; f32 every 128 of K"};
+  // 128 of K per promotion, where moekit's persistent FP8 WGMMA kernel measured faster than
+  // CUTLASS's (docs/PERF.md, grouped GEMM): rowwise/per-tensor scales at > 64 rows per group (no
+  // scales in the K loop: 1025 against 893 TFLOP/s on 8 x 4096 rows); block scales where CUTLASS's
+  // 128-row tiles would mostly come in pairs, 112-192 rows per group with a long K (deepseek-v3's
+  // GEMM1 on 155-row groups: 3742 against 4159 us).
+  if (sums == GemmSums::tensor_core && !few) {
+    if (desc.kind == GemmKind::fp8_channel && cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
+      return {{GemmTile::m192_n128_wgmma_k128}, rows + " > 64, per-row scales: 192-row tiles, f32 every 128 of K"};
+    if (desc.kind == GemmKind::fp8_block && rows_per_group >= 112 && rows_per_group <= 192 && desc.k >= 4096 &&
+        cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
+      return {{GemmTile::m192_n128_wgmma_k128},
+              rows + " in [112, 192], K >= 4096: one 192-row tile per group, not two of 128; f32 every 128 of K"};
   }
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }

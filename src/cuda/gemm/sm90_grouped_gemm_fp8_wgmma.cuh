@@ -139,8 +139,10 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   auto commit = [] { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); };
 
   // A K block's block scales for this thread: its rows' A scales and the tile's W scale, loaded
-  // from global memory two K blocks before their use (even and odd blocks in their own registers,
-  // so that no load is waited for early); channel scales enter at the store.
+  // from global memory kAhead K blocks before their use (with 2, even and odd blocks in their own
+  // registers, so that no load is waited for early; the slower 32-K blocks hide a load in one, and
+  // three warpgroups have no registers for more); channel scales enter at the store.
+  constexpr int kAhead = kSumK == 128 ? 2 : 1;
   struct BlockScales {
     float a_lo = 0.0f, a_hi = 0.0f, w = 0.0f;
   };
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
       into.a_hi = hi_valid ? __ldg(a_scale + at + 8) : 0.0f;
     };
     // Block kb from its stage into acc; the stage goes back as soon as its WGMMAs are done; then
-    // the scale registers take block kb + 2's.
+    // the scale registers take block kb + kAhead's.
     auto block = [&](int kb, BlockScales& scales) {
       const int s = slot.stage;
       barrier_wait(ring.full + 8 * s, slot.parity);
@@ -233,18 +235,19 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
           add(part0, s_lo, s_hi);
         }
       }
-      fetch(kb + 2, scales);
+      fetch(kb + kAhead, scales);
       next_slot();
     };
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
     BlockScales even, odd;
+    BlockScales& second = kAhead == 2 ? odd : even;
     fetch(0, even);
-    fetch(1, odd);
+    if (kAhead == 2) fetch(1, odd);
     int kb = 0;
     for (; kb + 1 < k_blocks; kb += 2) {
       block(kb, even);
-      block(kb + 1, odd);
+      block(kb + 1, second);
     }
     if (kb < k_blocks) block(kb, even);
     const int lo = t.m0 + local;  // and lo + 8
