@@ -89,7 +89,7 @@ __global__ void read_all(const uint4* p, std::size_t n, unsigned* sink) {
 // than the L2, which leaves it full of clean lines, so the timed op reads its inputs from DRAM
 // and writes back only its own data. write (MOEKIT_FLUSH=write, the method before 2026-12-01):
 // a memset of that buffer, which leaves the L2 full of dirty lines: the timed op then also
-// writes back up to an L2 of the memset's data (docs/PERF.md).
+// writes back up to an L2 of the memset's data (docs/perf-log/stages.md, 2026-12-01 second session).
 struct Timer {
   Buffer<std::uint8_t> flush{std::size_t(256) << 20};  // > L2 (60 MB on H200)
   Buffer<unsigned> sink{1};

@@ -5,7 +5,7 @@
 // Tolerance: DESIGN §8's 5e-3 for every scheme. GEMM1 of an FP8 layer is moekit's (the tensor
 // core sums at most 32 of K before f32 takes over: ~4e-3 from the reference); with CUTLASS 4.2's
 // 128-K accumulation the layer lands at about 5.2e-3, with strict accumulation (f16 WGMMAs on the
-// FP8 values) at ~1.3e-3 (docs/PERF.md, "FP8 accuracy on the GPU").
+// FP8 values) at ~1.3e-3 (docs/perf-log/accuracy.md, "FP8 accuracy on the GPU").
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
