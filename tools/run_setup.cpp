@@ -120,10 +120,9 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) 
 }  // namespace
 
 void apply_run_options(MoEConfig& c, const Args& args) {
-  const std::string v = args.get("fp8-accumulation", "exact");
-  if (v != "exact" && v != "fast" && v != "strict")
-    throw UsageError("--fp8-accumulation: expected one of exact|fast|strict, given '" + v + "'");
-  c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : v == "strict" ? Fp8Accumulation::strict : Fp8Accumulation::exact;
+  if (args.has("fp8-accumulation"))
+    c.quant.accumulation =
+        as_usage([&] { return parse_fp8_accumulation(args.get("fp8-accumulation", ""), "--fp8-accumulation"); });
   c.batch_invariant = args.has("batch-invariant");
   as_usage([&] {
     validate(c);
@@ -133,9 +132,10 @@ void apply_run_options(MoEConfig& c, const Args& args) {
 
 Flag accumulation_flag() {
   return {"fp8-accumulation", true,
-          "exact|fast|strict: the CUDA FP8 GEMM1 sums at most 32 of K in the tensor core before f32 (exact, "
-          "default; meets DESIGN §8) or 128 (fast, as CUTLASS/DeepGEMM); strict: both GEMMs as f16 WGMMAs "
-          "on the FP8 values, f32-like sums (closest to the CPU, slower)"};
+          "exact|fast|strict: how much of K the CUDA FP8 GEMMs sum in the tensor core before f32. fast (default): "
+          "128, as DeepSeek-V3's recipe, DeepGEMM and CUTLASS do (--check: max(1e-2, 0.15 q)); exact: GEMM1 at "
+          "most 32 (--check: 5e-3, slower); strict: both GEMMs as f16 WGMMAs on the FP8 values, f32-like sums "
+          "(closest to the CPU, slowest; --check: 5e-3). The CPU always sums in f32"};
 }
 
 Flag batch_invariance_flag() {
