@@ -1,5 +1,6 @@
 #include "run_setup.h"
 
+#include "core/validate.h"
 #include "io/presets.h"
 
 namespace moekit::cli {
@@ -58,7 +59,12 @@ void setup_from_file(const Args& args, RunSetup& s) {
   s.router_logits = std::move(f.router_logits);
   s.topk_ids = std::move(f.topk_ids);
   s.topk_weights = std::move(f.topk_weights);
-  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) s.expected_out = std::move(it->second);
+  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) {
+    // Checked against out element by element: it must be out's shape (issue #19).
+    core::check_tensor("expected_out", it->second.view(), {DType::bf16}, {s.hidden.size(0), s.config.hidden_size},
+                       Device::cpu);
+    s.expected_out = std::move(it->second);
+  }
   s.weights = f.weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
   if (!s.router_logits.defined() && s.routing == RoutingMode::fused)

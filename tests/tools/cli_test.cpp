@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "test_util.h"
@@ -74,6 +76,41 @@ TEST(ToolsCli, GoldenLayerFileMatchesItsExpectedOutput) {
   EXPECT_NE(r.out.find("vs the file's expected_out"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("check: PASS"), std::string::npos) << r.out;
 }
+
+// Issue #19: an expected_out that is not out's [T, H] bf16 is refused by name, never read out of
+// bounds or passed vacuously.
+struct BadExpectedOut {
+  const char* name;
+  DType dtype;
+  std::vector<std::int64_t> shape;  // the golden file's out is [32, 384]
+};
+
+class ToolsCliBadExpectedOut : public ::testing::TestWithParam<BadExpectedOut> {};
+
+TEST_P(ToolsCliBadExpectedOut, IsAnErrorNamingIt) {
+  const BadExpectedOut& c = GetParam();
+  TempDir dir;
+  io::LayerFile file = io::read_layer_file(golden_layer());
+  Tensor bad(c.dtype, c.shape);
+  std::memset(bad.view().data, 0, bad.nbytes());  // zeros: a vacuous comparison would pass
+  file.extra["expected_out"] = std::move(bad);
+  const std::string path = dir.file("bad_expected.safetensors");
+  io::write_layer_file(path, file);
+  const Result r = moekit("run --inputs " + path + " --check");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("expected_out: expected [32, 384] bf16"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("check:"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ToolsCliBadExpectedOut,
+                         ::testing::Values(BadExpectedOut{"fewer_rows", DType::bf16, {31, 384}},
+                                           BadExpectedOut{"more_rows", DType::bf16, {33, 384}},
+                                           BadExpectedOut{"narrower", DType::bf16, {32, 383}},
+                                           BadExpectedOut{"empty", DType::bf16, {0, 384}},
+                                           BadExpectedOut{"flat", DType::bf16, {32 * 384}},
+                                           BadExpectedOut{"f32", DType::f32, {32, 384}}),
+                         [](const ::testing::TestParamInfo<BadExpectedOut>& info) { return std::string(info.param.name); });
 
 TEST(ToolsCli, DumpWritesOutAndRoutingAndExternalRoutingAgrees) {
   TempDir dir;
