@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # moekit against the peers on a GPU machine, in one call: build (unless MOEKIT_PREBUILT has the
 # CLI), then per preset write one layer file (weights + T_max tokens, `moekit run --save-layer`)
-# and moekit's output on it, time moekit on its rows (`moekit bench --inputs ... --stages`; again
-# with --fp8-accumulation fast, into the log), run
+# and moekit's output on it, time moekit on its rows (`moekit bench --inputs ... --stages`, the
+# default fast accumulation; again with --fp8-accumulation exact, into the log), run
 # the PyTorch peers on the same file (bench/peers/moe_peers.py, each checked against moekit's
 # output), and print one table: case, moekit µs, each peer's µs, speedup, roofline efficiency.
 # Results go to $OUT (or ./device-out): moekit_<preset>.json, peers_<preset>.json, bench.png,
@@ -46,9 +46,9 @@ for preset in $presets; do
   else
     tail -n 20 "$logs/bench_$preset.err"; status=1
   fi
-  echo "== $preset: moekit bench, --fp8-accumulation fast (GEMM1 on CUTLASS too)"
-  "$cli" bench --inputs "$layer" --name "$preset" --tokens "$tokens" --fp8-accumulation fast \
-    --json "$work/moekit_fast_$preset.json" 2>"$logs/bench_fast_$preset.err" | tee "$logs/bench_fast_$preset.log" ||
+  echo "== $preset: moekit bench, --fp8-accumulation exact (GEMM1 on moekit's 32-K WGMMA kernel)"
+  "$cli" bench --inputs "$layer" --name "$preset" --tokens "$tokens" --fp8-accumulation exact \
+    --json "$work/moekit_exact_$preset.json" 2>"$logs/bench_exact_$preset.err" | tee "$logs/bench_exact_$preset.log" ||
     status=1
   echo "== $preset: peers"
   if python3 "$root/bench/peers/moe_peers.py" --layer "$layer" --moekit-out "$work/$preset.out.safetensors" \

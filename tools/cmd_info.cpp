@@ -1,7 +1,9 @@
 // `moekit presets` and `moekit explain`: what moekit knows and what it would choose.
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
+#include "core/check.h"
 #include "io/presets.h"
 #include "run_setup.h"
 
@@ -12,6 +14,20 @@
 #endif
 
 namespace moekit::cli {
+namespace {
+
+// What `run --check` will hold this config to (DESIGN §8), and which accumulation that is.
+std::string check_rule(const QuantConfig& quant) {
+  std::string mode = "bf16";
+  if (quant.scheme != QuantScheme::bf16) {
+    const bool by_default = quant.accumulation == QuantConfig{}.accumulation;
+    mode = std::string(to_string(quant.accumulation)) + " FP8 accumulation" +
+           (by_default ? " (the default; --fp8-accumulation exact|strict for closer sums)" : "");
+  }
+  return "check rule, " + mode + ": " + core::check_rule_text(quant) + "\n";
+}
+
+}  // namespace
 
 int cmd_presets(int argc, char** argv) {
   const Args args(argc, argv, 2, {});
@@ -37,6 +53,7 @@ int cmd_explain(int argc, char** argv) {
   std::printf("gpu: not looked for (built without CUDA)\n");
 #endif
   std::printf("problem: %s\n%s", config.to_string().c_str(), selection.to_string().c_str());
+  std::printf("%s", check_rule(config.quant).c_str());
 #ifdef MOEKIT_HAVE_CUDA
   // The grouped GEMM tiles the cuda backend would pick at --tokens (default 64), with the rule.
   const std::int64_t tokens = args.get_int("tokens", 64, 0, std::int64_t(1) << 24);

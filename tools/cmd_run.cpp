@@ -1,13 +1,12 @@
 // `moekit run`: one forward pass of a preset or a layer file, optionally checked against
-// the pipeline reference and measured against the ideal reference.
-#include <algorithm>
+// the pipeline and ideal references (DESIGN §8's rule, core/check.h).
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 
 #include "commands.h"
+#include "core/check.h"
 #include "cpu/reference.h"
 #include "io/layer_file.h"
 #include "io/safetensors.h"
@@ -16,32 +15,6 @@
 
 namespace moekit::cli {
 namespace {
-
-constexpr double kTolerance = 5e-3;  // DESIGN §8
-
-struct Comparison {
-  double rel_err = 0.0;
-  double max_abs_err = 0.0;
-  double max_abs_ref = 0.0;
-  bool has_nan = false;
-};
-
-Comparison compare(const TensorView& out, const double* ref_values, const TensorView* ref_bf16) {
-  Comparison c;
-  double diff = 0.0, norm = 0.0;
-  for (std::int64_t i = 0; i < out.numel(); ++i) {
-    const double o = bf16_to_float(out.ptr<bf16>()[i]);
-    const double r = ref_bf16 ? double(bf16_to_float(ref_bf16->ptr<bf16>()[i])) : ref_values[i];
-    c.has_nan = c.has_nan || std::isnan(o);
-    c.max_abs_err = std::max(c.max_abs_err, std::fabs(o - r));
-    c.max_abs_ref = std::max(c.max_abs_ref, std::fabs(r));
-    diff += (o - r) * (o - r);
-    norm += r * r;
-  }
-  c.rel_err = norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  if (c.has_nan) c.rel_err = NAN;
-  return c;
-}
 
 std::string shape(const Tensor& t) { return t.view().to_string(); }
 
@@ -67,27 +40,35 @@ void external_routing(const RunSetup& s, const Tensor& ids, const Tensor& weight
         {ids.view(), weights.view()});
 }
 
+// The verdict of the last line: the pipeline check's, and expected_out when the file's failed.
+std::string verdict(const core::CheckResult& pipeline, bool file_pass) {
+  if (file_pass) return pipeline.verdict();
+  std::string failed;
+  for (core::CheckRule rule : pipeline.failed) failed += std::string(core::to_string(rule)) + ", ";
+  return "FAIL [" + failed + "expected_out]";
+}
+
+// DESIGN §8's check against the pipeline and ideal references, and against the file's
+// expected_out (held to the same rule, as a second pipeline reference) when it has one.
 bool check(const RunSetup& s, const Tensor& out, const Tensor& ids, const Tensor& weights) {
   const cpu::ReferenceInputs in{s.config, s.weights, s.hidden.view(), ids.view(), weights.view()};
   Tensor pipeline(DType::bf16, out.shape());
   cpu::pipeline_reference(in, pipeline.view());
-  const TensorView pipeline_view = pipeline.view();
-  const Comparison vs_pipeline = compare(out.view(), nullptr, &pipeline_view);
   const std::vector<double> ideal = cpu::ideal_reference(in, *s.master);
-  const Comparison vs_ideal = compare(out.view(), ideal.data(), nullptr);
-  std::printf("  quantization error vs the ideal reference (f64, %s weights): rel_err=%.3e\n",
-              s.synthetic ? "unquantized" : "dequantized", vs_ideal.rel_err);
-  std::printf("  vs the pipeline reference: max |out - ref| = %.3e (max |ref| = %.3e)\n", vs_pipeline.max_abs_err,
-              vs_pipeline.max_abs_ref);
-  bool pass = !vs_pipeline.has_nan && vs_pipeline.rel_err <= kTolerance;
+  const core::CheckResult r = core::check_output({out.view(), pipeline.view(), ideal, s.config.quant});
+  std::printf("  quantization error vs the ideal reference (f64, %s weights): pipeline reference q=%.3e, "
+              "out %.3e (ratio %.4f)\n",
+              s.synthetic ? "unquantized" : "dequantized", r.q, r.rel_err_ideal, r.ideal_ratio);
+  std::printf("  vs the pipeline reference: max |out - ref| = %.3e (max |ref| = %.3e)\n", r.max_abs_err, r.max_abs_ref);
+  std::printf("  rule (DESIGN §8): %s\n", core::check_rule_text(s.config.quant).c_str());
+  bool file_pass = true;
   if (s.expected_out.defined()) {
-    const TensorView expected = s.expected_out.view();
-    const Comparison vs_file = compare(out.view(), nullptr, &expected);
-    std::printf("  vs the file's expected_out: rel_err=%.3e\n", vs_file.rel_err);
-    pass = pass && !vs_file.has_nan && vs_file.rel_err <= kTolerance;
+    const core::CheckResult f = core::check_output({out.view(), s.expected_out.view(), ideal, s.config.quant});
+    std::printf("  vs the file's expected_out: %s\n", f.to_string().c_str());
+    file_pass = f.pass();
   }
-  std::printf("check: %s rel_err=%.3e tol=%.0e\n", pass ? "PASS" : "FAIL", vs_pipeline.rel_err, kTolerance);
-  return pass;
+  std::printf("check: %s %s\n", verdict(r, file_pass).c_str(), r.figures().c_str());
+  return r.pass() && file_pass;
 }
 
 void dump(const std::string& path, const RunSetup& s, const Tensor& out, const Tensor& ids, const Tensor& weights) {
@@ -109,7 +90,9 @@ void save_layer(const std::string& path, const RunSetup& s, const Tensor& ids, c
 
 int cmd_run(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
-  flags.push_back({"check", false, "compare with the CPU pipeline reference; last line check: PASS|FAIL"});
+  flags.push_back({"check", false,
+                   "compare with the CPU pipeline and ideal references under DESIGN §8's rule for the config "
+                   "(`moekit explain` prints it); last line check: PASS|FAIL"});
   flags.push_back({"dump", true, "write out, topk_ids, topk_weights to this safetensors file"});
   flags.push_back({"save-layer", true, "write the problem (config, weights, inputs) as a layer file (DESIGN §2)"});
   flags.push_back({"ep", true, "expert parallelism over N MPI ranks: mpirun -np N moekit run --ep N ..."});

@@ -1,5 +1,6 @@
 #include "run_setup.h"
 
+#include "core/validate.h"
 #include "io/presets.h"
 
 namespace moekit::cli {
@@ -58,7 +59,12 @@ void setup_from_file(const Args& args, RunSetup& s) {
   s.router_logits = std::move(f.router_logits);
   s.topk_ids = std::move(f.topk_ids);
   s.topk_weights = std::move(f.topk_weights);
-  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) s.expected_out = std::move(it->second);
+  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) {
+    // Checked against out element by element: it must be out's shape (issue #19).
+    core::check_tensor("expected_out", it->second.view(), {DType::bf16}, {s.hidden.size(0), s.config.hidden_size},
+                       Device::cpu);
+    s.expected_out = std::move(it->second);
+  }
   s.weights = f.weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
   if (!s.router_logits.defined() && s.routing == RoutingMode::fused)
@@ -120,10 +126,9 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) 
 }  // namespace
 
 void apply_run_options(MoEConfig& c, const Args& args) {
-  const std::string v = args.get("fp8-accumulation", "exact");
-  if (v != "exact" && v != "fast" && v != "strict")
-    throw UsageError("--fp8-accumulation: expected one of exact|fast|strict, given '" + v + "'");
-  c.quant.accumulation = v == "fast" ? Fp8Accumulation::fast : v == "strict" ? Fp8Accumulation::strict : Fp8Accumulation::exact;
+  if (args.has("fp8-accumulation"))
+    c.quant.accumulation =
+        as_usage([&] { return parse_fp8_accumulation(args.get("fp8-accumulation", ""), "--fp8-accumulation"); });
   c.batch_invariant = args.has("batch-invariant");
   as_usage([&] {
     validate(c);
@@ -133,9 +138,10 @@ void apply_run_options(MoEConfig& c, const Args& args) {
 
 Flag accumulation_flag() {
   return {"fp8-accumulation", true,
-          "exact|fast|strict: the CUDA FP8 GEMM1 sums at most 32 of K in the tensor core before f32 (exact, "
-          "default; meets DESIGN §8) or 128 (fast, as CUTLASS/DeepGEMM); strict: both GEMMs as f16 WGMMAs "
-          "on the FP8 values, f32-like sums (closest to the CPU, slower)"};
+          "exact|fast|strict: how much of K the CUDA FP8 GEMMs sum in the tensor core before f32. fast (default): "
+          "128, as DeepSeek-V3's recipe, DeepGEMM and CUTLASS do (--check: max(1e-2, 0.15 q)); exact: GEMM1 at "
+          "most 32 (--check: 5e-3, slower); strict: both GEMMs as f16 WGMMAs on the FP8 values, f32-like sums "
+          "(closest to the CPU, slowest; --check: 5e-3). The CPU always sums in f32"};
 }
 
 Flag batch_invariance_flag() {

@@ -33,7 +33,8 @@ struct RunSetup {
 
 // The flags that choose the problem (shared by run and explain).
 std::vector<Flag> problem_flags();
-// --fp8-accumulation exact|fast|strict and --batch-invariant onto c (validated), and their flags.
+// --fp8-accumulation exact|fast|strict (when given; else c keeps its own, by default fast) and
+// --batch-invariant onto c (validated), and their flags.
 void apply_run_options(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
 Flag batch_invariance_flag();

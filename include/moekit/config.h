@@ -15,13 +15,15 @@ enum class QuantScheme : std::uint8_t { bf16, fp8_tensor, fp8_rowwise, fp8_block
 // How a dynamic FP8 scale is stored: any f32, or rounded up to a power of two (UE8M0).
 enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
 // How much of K an FP8 GEMM may sum inside the tensor core before f32 takes over (the CPU
-// backend always sums in f32). exact: at most 32 for GEMM1, whose bf16 output is requantized to
-// FP8 (a last-bit difference there can become a whole FP8 step): the CUDA layer then meets
-// DESIGN §8's 5e-3 against the pipeline reference. fast: 128, as CUTLASS's blockwise mainloop and
-// DeepGEMM do: faster for large batches, about 5.2e-3 from the reference on an H200. GEMM2, whose
-// output is the result, sums 128 in both. strict: both GEMMs as f16 WGMMAs on the FP8 values
-// (e4m3 is exact in f16, and that tensor-core path sums as f32 does): 2.5e-4 from the reference
-// at deepseek-v3 T=4096 (exact: 4.0e-3), at 38-47% more layer time there (docs/PERF.md).
+// backend always sums in f32; bf16 layers take only the default). DESIGN §8 holds each mode to
+// its own check rule (core/check.h). fast, the default: 128 of K, as DeepSeek-V3's recipe,
+// DeepGEMM and CUTLASS's blockwise mainloop do: about 5.2e-3 from the pipeline reference on an
+// H200, within max(1e-2, 0.15 q) and no worse than 1.02 q against the ideal. exact: at most 32
+// for GEMM1, whose bf16 output is requantized to FP8 (a last-bit difference there can become a
+// whole FP8 step): ~4e-3, held to 5e-3, slower at large batches. GEMM2, whose output is the
+// result, sums 128 in both. strict: both GEMMs as f16 WGMMAs on the FP8 values (e4m3 is exact in
+// f16, and that tensor-core path sums as f32 does): 2.5e-4 from the reference at deepseek-v3
+// T=4096, at 38-47% more layer time than exact there (docs/PERF.md).
 enum class Fp8Accumulation : std::uint8_t { exact, fast, strict };
 
 enum class RoutingMethod : std::uint8_t {
@@ -51,6 +53,7 @@ std::string_view to_string(WeightPlacement v);
 Activation parse_activation(std::string_view text, std::string_view argument = "activation");
 QuantScheme parse_quant_scheme(std::string_view text, std::string_view argument = "quant");
 RoutingMethod parse_routing_method(std::string_view text, std::string_view argument = "routing");
+Fp8Accumulation parse_fp8_accumulation(std::string_view text, std::string_view argument = "accumulation");
 
 // The number of FP8 elements one scale covers along K in fp8-block, and the weight block.
 inline constexpr std::int64_t kBlock = 128;
@@ -72,7 +75,7 @@ struct RoutingConfig {
 struct QuantConfig {
   QuantScheme scheme = QuantScheme::bf16;
   ScaleFormat scale_format = ScaleFormat::f32;
-  Fp8Accumulation accumulation = Fp8Accumulation::exact;
+  Fp8Accumulation accumulation = Fp8Accumulation::fast;  // FP8 layers; bf16 takes only this
   std::string to_string() const;
 };
 

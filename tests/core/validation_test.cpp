@@ -67,8 +67,11 @@ INSTANTIATE_TEST_SUITE_P(
                    {"hidden_size", "16", "given 136"}},
         ConfigCase{"ue8m0_with_bf16", kBf16, [](MoEConfig& c) { c.quant.scale_format = ScaleFormat::ue8m0; },
                    {"scale_format", "bf16"}},
-        ConfigCase{"fast_accumulation_with_bf16", kBf16,
-                   [](MoEConfig& c) { c.quant.accumulation = Fp8Accumulation::fast; }, {"accumulation", "bf16"}},
+        // bf16 layers take only the default (fast), which they ignore.
+        ConfigCase{"exact_accumulation_with_bf16", kBf16,
+                   [](MoEConfig& c) { c.quant.accumulation = Fp8Accumulation::exact; }, {"accumulation", "exact", "bf16"}},
+        ConfigCase{"strict_accumulation_with_bf16", kBf16,
+                   [](MoEConfig& c) { c.quant.accumulation = Fp8Accumulation::strict; }, {"accumulation", "strict", "bf16"}},
         ConfigCase{"batch_invariant_with_fp8_tensor", kTensor8, [](MoEConfig& c) { c.batch_invariant = true; },
                    {"batch_invariant", "fp8-tensor"}},
         ConfigCase{"top1_sigmoid_with_k2", kBf16, [](MoEConfig& c) { c.routing.method = RoutingMethod::top1_sigmoid; },

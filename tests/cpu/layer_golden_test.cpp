@@ -18,7 +18,7 @@ TEST(CpuLayerGolden, Fp8BlockSmall) {
   const io::LayerFile file = io::read_layer_file(data_path("golden/layer_fp8_block_small.safetensors"));
   const MoEConfig& config = file.config;
   // The file is what DESIGN §2 says it is.
-  ASSERT_EQ(config.to_string(), "E=8 k=2 H=384 I=256 activation=silu_and_mul quant=fp8-block "
+  ASSERT_EQ(config.to_string(), "E=8 k=2 H=384 I=256 activation=silu_and_mul quant=fp8-block (fast accumulation) "
                                 "routing=softmax_topk_renorm top_k=2");
   const Tensor& hidden = file.hidden;
   const Tensor& logits = file.router_logits;

@@ -37,7 +37,7 @@ struct LayerCase {
   DType logits_dtype = DType::f32;
   Ids ids = Ids::routed;
   bool static_scales = false;  // fp8-tensor: static activation scales
-  Fp8Accumulation accumulation = Fp8Accumulation::exact;  // the CUDA GEMMs' (the CPU sums in f32)
+  Fp8Accumulation accumulation = QuantConfig{}.accumulation;  // the CUDA GEMMs' (the CPU sums in f32)
 };
 
 inline std::string underscored(std::string_view s) {
@@ -58,7 +58,7 @@ inline std::string case_name(const LayerCase& c) {
   if (c.ids == Ids::some_none) s += "_ids_with_none";
   if (c.ids == Ids::one_expert) s += "_one_expert";
   if (c.static_scales) s += "_static_scales";
-  if (c.accumulation != Fp8Accumulation::exact) s += "_" + std::string(to_string(c.accumulation));
+  if (c.accumulation != QuantConfig{}.accumulation) s += "_" + std::string(to_string(c.accumulation));
   return s;
 }
 inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << case_name(c); }

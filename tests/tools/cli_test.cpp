@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "test_util.h"
@@ -61,6 +63,9 @@ TEST(ToolsCli, RunPresetWithCheckPasses) {
   EXPECT_NE(r.out.find("backend  cpu"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("quantization error vs the ideal reference"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\ncheck: PASS rel_err="), std::string::npos) << r.out;
+  // fp8-block with the default (fast) accumulation: max(1e-2, 0.15 q), and every figure named.
+  for (const char* figure : {" tol=", " q=", " ideal_ratio=", " (<=1.02) worst_row=", " (<=0.1, token ", " nonfinite=0"})
+    EXPECT_NE(r.out.substr(r.out.rfind("check:")).find(figure), std::string::npos) << figure << " in\n" << r.out;
   EXPECT_EQ(r.out.substr(r.out.rfind("check:")).find('\n'), r.out.size() - r.out.rfind("check:") - 1)
       << "the check line must be the last line";
 }
@@ -71,6 +76,41 @@ TEST(ToolsCli, GoldenLayerFileMatchesItsExpectedOutput) {
   EXPECT_NE(r.out.find("vs the file's expected_out"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("check: PASS"), std::string::npos) << r.out;
 }
+
+// Issue #19: an expected_out that is not out's [T, H] bf16 is refused by name, never read out of
+// bounds or passed vacuously.
+struct BadExpectedOut {
+  const char* name;
+  DType dtype;
+  std::vector<std::int64_t> shape;  // the golden file's out is [32, 384]
+};
+
+class ToolsCliBadExpectedOut : public ::testing::TestWithParam<BadExpectedOut> {};
+
+TEST_P(ToolsCliBadExpectedOut, IsAnErrorNamingIt) {
+  const BadExpectedOut& c = GetParam();
+  TempDir dir;
+  io::LayerFile file = io::read_layer_file(golden_layer());
+  Tensor bad(c.dtype, c.shape);
+  std::memset(bad.view().data, 0, bad.nbytes());  // zeros: a vacuous comparison would pass
+  file.extra["expected_out"] = std::move(bad);
+  const std::string path = dir.file("bad_expected.safetensors");
+  io::write_layer_file(path, file);
+  const Result r = moekit("run --inputs " + path + " --check");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("expected_out: expected [32, 384] bf16"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("check:"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ToolsCliBadExpectedOut,
+                         ::testing::Values(BadExpectedOut{"fewer_rows", DType::bf16, {31, 384}},
+                                           BadExpectedOut{"more_rows", DType::bf16, {33, 384}},
+                                           BadExpectedOut{"narrower", DType::bf16, {32, 383}},
+                                           BadExpectedOut{"empty", DType::bf16, {0, 384}},
+                                           BadExpectedOut{"flat", DType::bf16, {32 * 384}},
+                                           BadExpectedOut{"f32", DType::f32, {32, 384}}),
+                         [](const ::testing::TestParamInfo<BadExpectedOut>& info) { return std::string(info.param.name); });
 
 TEST(ToolsCli, DumpWritesOutAndRoutingAndExternalRoutingAgrees) {
   TempDir dir;
@@ -99,26 +139,48 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
 }
 
-TEST(ToolsCli, Fp8AccumulationIsExactFastOrStrictAndNeedsAnFp8Scheme) {
+TEST(ToolsCli, Fp8AccumulationIsFastByDefaultExactOrStrictOnRequestAndNeedsAnFp8Scheme) {
   const Result bad = moekit("run --preset qwen3-30b-a3b --tokens 1 --fp8-accumulation sloppy");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--fp8-accumulation: expected one of exact|fast|strict, given 'sloppy'"), std::string::npos) << bad.err;
-  const Result bf16 = moekit("run --preset qwen3-30b-a3b --tokens 1 --quant bf16 --fp8-accumulation fast");
+  // bf16 layers take the default alone (their GEMMs have no FP8 sums).
+  const Result bf16 = moekit("run --preset qwen3-30b-a3b --tokens 1 --quant bf16 --fp8-accumulation exact");
   EXPECT_EQ(bf16.code, 2);
-  EXPECT_NE(bf16.err.find("accumulation: fast FP8 accumulation needs an fp8 quant scheme"), std::string::npos) << bf16.err;
+  EXPECT_NE(bf16.err.find("accumulation: exact FP8 accumulation needs an fp8 quant scheme"), std::string::npos) << bf16.err;
+  const Result bf16_explained = moekit("explain --preset qwen3-30b-a3b --quant bf16");
+  EXPECT_EQ(bf16_explained.code, 0) << bf16_explained.err;
+  EXPECT_NE(bf16_explained.out.find("quant=bf16 routing="), std::string::npos) << bf16_explained.out;
+  EXPECT_NE(bf16_explained.out.find("check rule, bf16: |out-ref|/|ref| <= 0.005; every token row"), std::string::npos)
+      << bf16_explained.out;
+  // The default, and the rule it is held to.
+  const Result by_default = moekit("explain --preset deepseek-v3");
+  EXPECT_EQ(by_default.code, 0) << by_default.err;
+  EXPECT_NE(by_default.out.find("quant=fp8-block (fast accumulation)"), std::string::npos) << by_default.out;
+  EXPECT_NE(by_default.out.find("check rule, fast FP8 accumulation (the default; --fp8-accumulation exact|strict"),
+            std::string::npos)
+      << by_default.out;
+  EXPECT_NE(by_default.out.find("|out-ref|/|ref| <= max(0.01, 0.15*q); |out-ideal|/|ideal| <= 1.02*q"), std::string::npos)
+      << by_default.out;
   const Result strict = moekit("explain --preset deepseek-v3 --fp8-accumulation strict");
   EXPECT_EQ(strict.code, 0) << strict.err;
   EXPECT_NE(strict.out.find("quant=fp8-block (strict accumulation)"), std::string::npos) << strict.out;
+  EXPECT_NE(strict.out.find("check rule, strict FP8 accumulation: |out-ref|/|ref| <= 0.005; |out-ideal|/|ideal| <= 1.02*q"),
+            std::string::npos)
+      << strict.out;
+  const Result exact = moekit("explain --preset deepseek-v3 --fp8-accumulation exact");
+  EXPECT_EQ(exact.code, 0) << exact.err;
+  EXPECT_NE(exact.out.find("quant=fp8-block (exact accumulation)"), std::string::npos) << exact.out;
+  EXPECT_NE(exact.out.find("check rule, exact FP8 accumulation: |out-ref|/|ref| <= 0.005;"), std::string::npos) << exact.out;
   // The choice is checked against the quant the flags give, not the preset's (gpt-oss-120b: bf16).
   const Result requantized = moekit("explain --preset gpt-oss-120b --quant fp8-rowwise --fp8-accumulation fast");
   EXPECT_EQ(requantized.code, 0) << requantized.err;
   const Result explained = moekit("explain --preset deepseek-v3 --fp8-accumulation fast");
   EXPECT_EQ(explained.code, 0) << explained.err;
   EXPECT_NE(explained.out.find("quant=fp8-block (fast accumulation)"), std::string::npos) << explained.out;
-  // The CPU backend always sums in f32: the choice changes nothing there.
-  const Result cpu = moekit("run --backend cpu --preset qwen3-30b-a3b --tokens 2 --fp8-accumulation fast --check");
+  // The CPU backend always sums in f32: the choice changes nothing there, but the rule is the mode's.
+  const Result cpu = moekit("run --backend cpu --preset qwen3-30b-a3b --tokens 2 --fp8-accumulation exact --check");
   EXPECT_EQ(cpu.code, 0) << cpu.err;
-  EXPECT_NE(cpu.out.find("check: PASS"), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("check: PASS rel_err=0.000e+00 tol=5.0e-03 q="), std::string::npos) << cpu.out;
 }
 
 TEST(ToolsCli, BatchInvariantRefusesFp8TensorAndIsShown) {
@@ -141,7 +203,7 @@ TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
   TempDir dir;
   const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 8 --runs 1 --json " + dir.file("b.json"));
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("qwen3-30b-a3b    fp8-block   T=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qwen3-30b-a3b    fp8-block+fast   T=8"), std::string::npos) << r.out;
   const std::string json = slurp(dir.file("b.json"));
   EXPECT_NE(json.find("\"tokens\": 8"), std::string::npos) << json;
   EXPECT_NE(r.err.find("bench: qwen3-30b-a3b T=8"), std::string::npos) << "progress line on stderr";
@@ -178,7 +240,7 @@ TEST(ToolsCli, SaveLayerWritesTheProblemThatRunAndBenchRead) {
 
   const Result bench = moekit("bench --backend cpu --runs 1 --inputs " + layer + " --name q3 --tokens 3,12");
   ASSERT_EQ(bench.code, 0) << bench.err;
-  EXPECT_NE(bench.out.find("q3               fp8-block   T=3 "), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("q3               fp8-block+fast   T=3 "), std::string::npos) << bench.out;
   EXPECT_NE(bench.out.find("T=12 "), std::string::npos) << bench.out;
   const Result too_many = moekit("bench --backend cpu --inputs " + layer + " --tokens 13");
   EXPECT_EQ(too_many.code, 2);
