@@ -3,7 +3,7 @@
 # tests of the build, `grouped_gemm_bench` of both, and `moekit bench` of both on the presets
 # (one accumulation mode per run); a short table last. Prebuilt binaries only (built here, sm_90a).
 #   MOEKIT_NEW=DIR MOEKIT_BASE=DIR scripts/device-gemm.sh
-#   DIR holds moekit, grouped_gemm_bench (and for the build tests/test_cuda); .prebuilt/lib the
+#   DIR holds moekit, bench/grouped_gemm_bench (and for the build tests/test_cuda); .prebuilt/lib the
 #   shared libraries the image lacks (Open MPI's)
 #   MOEKIT_GEMM_STEPS="tests bench layer"   MOEKIT_GEMM_FILTER='*CudaGroupedGemm*'
 #   MOEKIT_LAYER_TOKENS=1,64,512,4096,16384  MOEKIT_LAYER_MODES="fast exact"
@@ -28,7 +28,7 @@ fi
 if [[ " $steps " == *" bench "* ]]; then
   for dir in $new $base; do
     echo "== $dir/grouped_gemm_bench"
-    MOEKIT_BENCH_FAST_ONLY=1 timeout 150 "$dir/grouped_gemm_bench" >"$out/gemm_$(basename "$dir").log" 2>&1 || status=1
+    MOEKIT_BENCH_FAST_ONLY=1 timeout 150 "$dir/bench/grouped_gemm_bench" >"$out/gemm_$(basename "$dir").log" 2>&1 || status=1
   done
 fi
 if [[ " $steps " == *" layer "* ]]; then
