@@ -105,19 +105,13 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
                                                     : " > 384: 128-row tiles, two part buffers";
     if (cuda::can_implement(desc, {tile})) return {{tile}, rows + why + "; requantized next: f32 every 32 of K"};
   }
-  // 128 of K per promotion, where moekit's persistent FP8 WGMMA kernel measured faster than
-  // CUTLASS's (docs/PERF.md, grouped GEMM): rowwise/per-tensor scales at > 64 rows per group (no
-  // scales in the K loop: 1025 against 893 TFLOP/s on 8 x 4096 rows); block scales where CUTLASS's
-  // 128-row tiles would mostly come in pairs, 112-192 rows per group with a long K (deepseek-v3's
-  // GEMM1 on 155-row groups: 3742 against 4159 us).
-  if (sums == GemmSums::tensor_core && !few) {
-    if (desc.kind == GemmKind::fp8_channel && cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
-      return {{GemmTile::m192_n128_wgmma_k128}, rows + " > 64, per-row scales: 192-row tiles, f32 every 128 of K"};
-    if (desc.kind == GemmKind::fp8_block && rows_per_group >= 112 && rows_per_group <= 192 && desc.k >= 4096 &&
-        cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
-      return {{GemmTile::m192_n128_wgmma_k128},
-              rows + " in [112, 192], K >= 4096: one 192-row tile per group, not two of 128; f32 every 128 of K"};
-  }
+  // 128 of K per promotion with per-row scales (rowwise, per-tensor): moekit's FP8 WGMMA kernel,
+  // no scales in its K loop, measured faster than CUTLASS's (mixtral-8x7b T=4096 3566 against 4040
+  // us, llama4-scout T=16384 4796 against 5605; docs/PERF.md). With block scales CUTLASS's tiles
+  // stay faster in the layer (deepseek-v3 T=4096 GEMM1).
+  if (sums == GemmSums::tensor_core && !few && desc.kind == GemmKind::fp8_channel &&
+      cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
+    return {{GemmTile::m192_n128_wgmma_k128}, rows + " > 64, per-row scales: 192-row tiles, f32 every 128 of K"};
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }
 

@@ -1,5 +1,5 @@
 // Grouped GEMM instances: fp8_block and fp8_channel with m192_n128_wgmma, m128_n128_wgmma and
-// m64_n128_wgmma (see sm90_grouped_gemm_instances.h): moekit's persistent FP8 WGMMA kernel
+// m64_n128_wgmma (see sm90_grouped_gemm_instances.h): moekit's FP8 WGMMA kernel
 // (sm90_grouped_gemm_fp8_wgmma.cuh) with f32 promotion every 32 of K, for `--fp8-accumulation
 // exact`: every WGMMA starts from zero, sums 32 of K and enters the f32 accumulator times the
 // block scales at once. A WGMMA sums its products at reduced precision (about 4e-4 from f32 at the

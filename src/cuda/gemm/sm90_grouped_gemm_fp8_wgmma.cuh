@@ -1,4 +1,4 @@
-// moekit's FP8 grouped GEMM on Hopper: TMA + WGMMA, warp-specialized and persistent, for the
+// moekit's FP8 grouped GEMM on Hopper: TMA + WGMMA, warp-specialized, for the
 // contiguous layout (fp8_block and fp8_channel). Instances: sm90_grouped_gemm_fp8_wgmma.cu
 // (kSumK = 32) and sm90_grouped_gemm_fp8_wgmma_k128.cu (kSumK = 128).
 // kSumK is how much of K the tensor core sums before the f32 promotion times the block scales:
@@ -7,8 +7,8 @@
 //   32   every WGMMA from zero and promoted at once (`exact`): closer to the CPU's f32 sums (the
 //        FP8 tensor core keeps about 13 bits), an FFMA per accumulator per 32 of K
 // Steps:
-//   1. a grid of at most one block per SM; block b takes tiles b, b + grid, ... of the
-//      (group, row tile, 128-column tile) walk (sm90_wgmma.cuh: row tiles fastest, so the tiles
+//   1. block b takes tiles b, b + grid, ... of the (group, row tile, 128-column tile) walk
+//      (launched with a block per tile, see run) (sm90_wgmma.cuh: row tiles fastest, so the tiles
 //      that share a W tile run side by side); every warp finds its tile itself. Row tiles of 192
 //      (3 consumer warpgroups; on a group's last tile those without rows skip it, so tiles fit a
 //      group's rows to 64), 128 (2 warpgroups) or 64 (2 warpgroups of 64 columns)
@@ -255,20 +255,19 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   }
 }
 
-// A grid of at most one block per SM over every tile that may have rows.
+// A block per tile that may have rows. The kernel walks tiles b, b + grid, ... so one block per
+// SM could take them all, but on the layer's routing the hardware's block scheduler balances the
+// uneven tiles (1 to 3 busy warpgroups) better: deepseek-v3 T=4096 exact 6855 against 7117 us,
+// llama4-scout T=4096 1416 against 1670 (docs/PERF.md).
 template <bool kChannel, int kRows, int kSumK>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kRows, kSumK>;
   const TileLaunch l = tile_launch(desc, args, kRows);
   if (l.blocks == 0) return;
-  int device = 0, sms = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const unsigned grid = std::min(l.blocks, unsigned(sms));
   // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
   MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows, kSumK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  fp8_wgmma<kChannel, kRows, kSumK><<<grid, S::kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
+  fp8_wgmma<kChannel, kRows, kSumK><<<l.blocks, S::kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
 }
 

@@ -1,8 +1,8 @@
 // Grouped GEMM instances: fp8_block and fp8_channel with m192_n128_wgmma_k128 (see
-// sm90_grouped_gemm_instances.h): moekit's persistent FP8 WGMMA kernel
+// sm90_grouped_gemm_instances.h): moekit's FP8 WGMMA kernel
 // (sm90_grouped_gemm_fp8_wgmma.cuh) with the tensor core summing 128 of K per f32 promotion,
 // DESIGN §8's `fast` (the default for FP8 layers). Only the 192-row tile: with 128 and 64 rows it
-// measured slower than CUTLASS's tiles everywhere (docs/PERF.md).
+// measured slower than CUTLASS's tiles everywhere; it serves the per-row-scale GEMMs (docs/PERF.md).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_wgmma.cuh"
 
 namespace moekit::cuda::sm90 {

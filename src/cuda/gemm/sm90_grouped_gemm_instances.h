@@ -23,7 +23,6 @@
   X(GemmKind::fp8_channel, GemmTile::m192_n128_wgmma, fp8_channel_wgmma192) \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_wgmma, fp8_channel_wgmma128) \
   X(GemmKind::fp8_channel, GemmTile::m64_n128_wgmma, fp8_channel_wgmma64)   \
-  X(GemmKind::fp8_block, GemmTile::m192_n128_wgmma_k128, fp8_block_wgmma192_k128)     \
   X(GemmKind::fp8_channel, GemmTile::m192_n128_wgmma_k128, fp8_channel_wgmma192_k128) \
   X(GemmKind::fp8_block, GemmTile::m128_n128_f16, fp8_block_f16_128)         \
   X(GemmKind::fp8_block, GemmTile::m64_n128_f16, fp8_block_f16_64)           \
