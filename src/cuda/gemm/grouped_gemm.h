@@ -30,7 +30,7 @@ enum class GemmTile : std::uint8_t {
   m192_n128_wgmma,        // moekit's TMA + WGMMA kernel, f32 promotion every 32 of K (FP8), 3 warpgroups
   m128_n128_wgmma,        // the same, 128-row tiles, 2 warpgroups
   m64_n128_wgmma,         // the same with 64-row tiles: few rows per group
-  m192_n128_wgmma_k128,   // the same kernel with f32 promotion every 128 of K (the tensor core sums 128)
+  m192_n128_wgmma_k128,   // the same kernel with f32 promotion every 128 of K (fp8_channel)
   m128_n128_f16,          // moekit's TMA + f16 WGMMA kernel on FP8 values, f32 every 128 of K, 2 warpgroups
   m64_n128_f16,           // the same with 64-row tiles
 };
@@ -81,7 +81,7 @@ struct GemmChoice {
 // How closely an FP8 GEMM's sums must follow the CPU's f32 ones. A GEMM whose bf16 output is
 // quantized to FP8 next (GEMM1 of an FP8 layer) turns a last-bit difference into a whole FP8 step
 // now and then:
-//   tensor_core  128 of K in the FP8 tensor core per f32 promotion (CUTLASS, or moekit's kernel with
+//   tensor_core  128 of K in the FP8 tensor core per f32 promotion (CUTLASS; per-row scales: moekit's
 //                m192_n128_wgmma_k128): GEMM2, and GEMM1 with fast accumulation (the default)
 //   k32          at most 32 (moekit's FP8 WGMMA kernel): GEMM1 with exact accumulation
 //   f32          f16 WGMMAs on the FP8 values, f32-like sums (moekit's f16 kernel): strict
