@@ -7,18 +7,18 @@
 //   32   every WGMMA from zero and promoted at once (`exact`): closer to the CPU's f32 sums (the
 //        FP8 tensor core keeps about 13 bits), an FFMA per accumulator per 32 of K
 // Steps:
-//   1. block b takes tiles b, b + grid, ... of the (group, row tile, 128-column tile) walk
-//      (launched with a block per tile, see run) (sm90_wgmma.cuh: row tiles fastest, so the tiles
-//      that share a W tile run side by side); every warp finds its tile itself. Row tiles of 192
-//      (3 consumer warpgroups; on a group's last tile those without rows skip it, so tiles fit a
-//      group's rows to 64), 128 (2 warpgroups) or 64 (2 warpgroups of 64 columns)
+//   1. block b takes tiles b, b + grid, ... of the (group, row tile, 128-column tile) walk of
+//      sm90_wgmma.cuh (row tiles fastest, so the tiles that share a W tile run side by side);
+//      every warp finds its tile itself. run launches a block per tile; a block given several
+//      keeps its ring running across them. Row tiles of 192 (3 consumer warpgroups; on a group's
+//      last tile those without rows skip it, so tiles fit a group's rows to 64), 128 (2
+//      warpgroups) or 64 (2 warpgroups of 64 columns)
 //   2. warp 0 (producer): per 128 of K, TMA of the A tile (rows x 128) and the 128x128 W tile into
-//      a ring of stages; the ring runs on across the block's tiles, so the next tile loads while
-//      this one stores
+//      a ring of stages
 //   3. consumer warpgroups (the producer's registers go to them): 64 rows x kCols columns each;
 //      per stage the WGMMAs, then acc += (a_scale * w_scale) * part (block scales, which each
-//      thread loads from global memory two stages ahead) or acc += part (channel scales enter at
-//      the store, as the CPU applies them); the stage goes back once its WGMMAs are done.
+//      thread loads from global memory one or two K blocks ahead) or acc += part (channel scales
+//      enter at the store, as the CPU applies them); the stage goes back once its WGMMAs are done.
 //      kSumK = 32 with two part buffers: the next WGMMA runs while one is added
 //   4. bf16 out for the rows of the group that carry data (counts); nothing else is written
 #pragma once
