@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # The grouped GEMMs on a GPU machine, a build against a baseline in one call: the grouped-GEMM
-# tests of the build, `grouped_gemm_bench` of both, and `moekit bench` of both on the presets
-# (one accumulation mode per run); a short table last. Prebuilt binaries only (built here, sm_90a).
+# tests of the build and `grouped_gemm_bench` of both; a short table last. Prebuilt binaries only
+# (built here, sm_90a). The layer: scripts/device-layer.sh.
 #   MOEKIT_NEW=DIR MOEKIT_BASE=DIR scripts/device-gemm.sh
 #   DIR holds moekit, bench/grouped_gemm_bench (and for the build tests/test_cuda); .prebuilt/lib the
 #   shared libraries the image lacks (Open MPI's)
-#   MOEKIT_GEMM_STEPS="tests bench layer"   MOEKIT_GEMM_FILTER='*CudaGroupedGemm*'
-#   MOEKIT_LAYER_TOKENS=1,64,512,4096,16384  MOEKIT_LAYER_MODES="fast exact"
+#   MOEKIT_GEMM_STEPS="tests bench"   MOEKIT_GEMM_FILTER='*CudaGroupedGemm*'
+#   MOEKIT_BENCH_FAST_ONLY=1 (set here): the f16 (strict) tiles are left out of the bench
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
 mkdir -p "$out"
 new="${MOEKIT_NEW:?MOEKIT_NEW=DIR}"
 base="${MOEKIT_BASE:-}"
-steps="${MOEKIT_GEMM_STEPS:-tests bench layer}"
+steps="${MOEKIT_GEMM_STEPS:-tests bench}"
 export PATH="/usr/local/cuda/bin:$PATH"
 nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="$root/.prebuilt/lib:${nccl:+$nccl:}${LD_LIBRARY_PATH:-}"
@@ -31,17 +31,6 @@ if [[ " $steps " == *" bench "* ]]; then
     MOEKIT_BENCH_FAST_ONLY=1 timeout 150 "$dir/bench/grouped_gemm_bench" >"$out/gemm_$(basename "$dir").log" 2>&1 || status=1
   done
 fi
-if [[ " $steps " == *" layer "* ]]; then
-  for mode in ${MOEKIT_LAYER_MODES:-fast}; do
-    for dir in $new $base; do
-      name="layer_${mode}_$(basename "$dir")"
-      echo "== $dir/moekit bench --fp8-accumulation $mode"
-      timeout 240 "$dir/moekit" bench --preset deepseek-v3,qwen3-30b-a3b --tokens "${MOEKIT_LAYER_TOKENS:-1,64,512,4096,16384}" \
-        --fp8-accumulation "$mode" --stages --json "$out/$name.json" >"$out/$name.log" 2>&1 || status=1
-    done
-  done
-fi
 echo "== summary"
 for f in "$out"/gemm_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "TFLOP|skipped" "$f" | cut -c1-170; }; done
-for f in "$out"/layer_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -vE "^ +(routing|quantize|permute|gemm|activation|finalize)" "$f" | tail -n 14; }; done
 exit $status
