@@ -1,0 +1,79 @@
+// The grouped GEMM heuristic (choose_gemm_config, gemm_sums): which tile each problem gets, as a
+// table of cases. Host code only: it runs without a GPU, so CI checks the rules the device
+// measurements chose (docs/PERF.md, grouped GEMM).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/gemm/grouped_gemm.h"
+
+namespace moekit::test {
+namespace {
+
+using cuda::GemmKind;
+using cuda::GemmSums;
+using cuda::GemmTile;
+
+struct Case {
+  const char* name;
+  GemmKind kind;
+  std::int64_t n, k;
+  double rows_per_group;
+  GemmSums sums;
+  bool batch_invariant;
+  GemmTile expected;
+};
+
+constexpr std::int64_t kGroups = 256;
+
+// deepseek-v3's GEMM1 (N=4096, K=7168) and qwen3-30b-a3b's GEMM2 (N=2048, K=768) shapes.
+const Case kCases[] = {
+    {"decode_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, false, GemmTile::rows8_warp_mma},
+    {"decode_block_k32", GemmKind::fp8_block, 4096, 7168, 0.5, GemmSums::k32, false, GemmTile::rows8_warp_mma},
+    {"decode_block_invariant", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, true, GemmTile::m128_n128_cooperative},
+    {"few_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
+    {"many_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+    {"ragged_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 155, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+    {"short_k_block_tensor_core", GemmKind::fp8_block, 2048, 768, 512, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+    {"few_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
+    {"many_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m192_n128_wgmma_k128},
+    {"many_channel_invariant", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, true, GemmTile::m128_n128_cooperative},
+    {"few_block_k32", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, false, GemmTile::m64_n128_wgmma},
+    {"ragged_block_k32", GemmKind::fp8_block, 4096, 7168, 155, GemmSums::k32, false, GemmTile::m192_n128_wgmma},
+    {"large_block_k32", GemmKind::fp8_block, 4096, 7168, 512, GemmSums::k32, false, GemmTile::m128_n128_wgmma},
+    {"block_k32_invariant", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, true, GemmTile::m128_n128_wgmma},
+    {"few_block_f32", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::f32, false, GemmTile::m64_n128_f16},
+    {"many_block_f32", GemmKind::fp8_block, 4096, 7168, 128, GemmSums::f32, false, GemmTile::m128_n128_f16},
+    {"block_f32_invariant", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::f32, true, GemmTile::m128_n128_f16},
+    {"few_bf16", GemmKind::bf16, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
+    {"many_bf16", GemmKind::bf16, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+};
+
+class CudaGemmChoice : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaGemmChoice, PicksTheMeasuredTile) {
+  const Case& c = GetParam();
+  const cuda::GroupedGemmDesc desc{c.kind, kGroups, c.n, c.k, 1 << 16, 1 << 16};
+  const cuda::GemmChoice choice = cuda::choose_gemm_config(desc, c.rows_per_group, c.sums, c.batch_invariant);
+  EXPECT_EQ(choice.config.tile, c.expected) << "got " << choice.config.to_string() << " (" << choice.reason << ")";
+  EXPECT_FALSE(choice.reason.empty());
+  // Every choice is a compiled kernel that takes the problem.
+  const Status status = cuda::can_implement(desc, choice.config);
+  EXPECT_TRUE(status) << status.reason();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaGemmChoice, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// Which sums each GEMM of a layer needs: GEMM1's output is requantized (FP8), GEMM2's is the result.
+TEST(CudaGemmChoice, SumsFollowTheAccumulationMode) {
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::fast, true), GemmSums::tensor_core);
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::fast, false), GemmSums::tensor_core);
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::exact, true), GemmSums::k32);
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::exact, false), GemmSums::tensor_core);
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_channel, Fp8Accumulation::strict, false), GemmSums::f32);
+  EXPECT_EQ(cuda::gemm_sums(GemmKind::bf16, Fp8Accumulation::strict, true), GemmSums::tensor_core);
+}
+
+}  // namespace
+}  // namespace moekit::test
