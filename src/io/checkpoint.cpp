@@ -1,5 +1,6 @@
 #include "io/checkpoint.h"
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <vector>
@@ -153,22 +154,25 @@ LayerNames find_layer(const CheckpointFiles& files, const std::string& folder, i
               "); is it a dense layer or past the last layer?");
 }
 
-// One projection of one expert (`rows` x `cols` weight and its block scales) into place.
-struct Slot {
-  void* weight;
-  float* scale;  // null for unquantized
+// One projection of one expert: its weight [rows, cols] and, for fp8, its block scales.
+struct Projection {
+  std::string weight;  // tensor name; the scales are weight + "_scale_inv"
+  std::int64_t rows, cols;
 };
 
-void read_projection(CheckpointFiles& files, const std::string& weight_name, const Slot& slot,
-                     std::int64_t rows, std::int64_t cols, DType dtype) {
+void check_projection(CheckpointFiles& files, const Projection& p, DType dtype) {
   const bool fp8 = dtype == DType::fp8_e4m3;
-  expect_tensor(files, weight_name, {rows, cols},
+  expect_tensor(files, p.weight, {p.rows, p.cols},
                 fp8 ? std::vector<DType>{DType::fp8_e4m3} : std::vector<DType>{DType::bf16, DType::f16, DType::f32});
-  read_as(files, weight_name, slot.weight, dtype);
-  if (!fp8) return;
-  const std::string scale_name = weight_name + "_scale_inv";
-  expect_tensor(files, scale_name, {ceil_div(rows, kBlock), ceil_div(cols, kBlock)}, {DType::f32, DType::bf16});
-  read_as(files, scale_name, slot.scale, DType::f32);
+  if (fp8)
+    expect_tensor(files, p.weight + "_scale_inv", {ceil_div(p.rows, kBlock), ceil_div(p.cols, kBlock)},
+                  {DType::f32, DType::bf16});
+}
+
+// Into place (checked by check_projection): the weight at `weight`, fp8 scales at `scale`.
+void read_projection(CheckpointFiles& files, const Projection& p, void* weight, float* scale, DType dtype) {
+  read_as(files, p.weight, weight, dtype);
+  if (dtype == DType::fp8_e4m3) read_as(files, p.weight + "_scale_inv", scale, DType::f32);
 }
 
 }  // namespace
@@ -220,34 +224,49 @@ CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, cons
   const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
   const std::int64_t hb = ceil_div(h, kBlock), ib = ceil_div(i, kBlock);
   const bool fp8 = weight_dtype == DType::fp8_e4m3;
-  out.w13 = Tensor(weight_dtype, {el, 2 * i, h});
-  out.w2 = Tensor(weight_dtype, {el, h, i});
+  // Sizes each allowed by config.json can still multiply past int64 (issue #19): the products
+  // first, then every tensor's shape against the config, and only then any allocation, so
+  // that what is allocated is no more than the files hold.
+  const std::string layer_text = config_path + ": layer " + std::to_string(layer_index);
+  const std::vector<std::int64_t> w13_shape{el, checked_mul(2, i, layer_text + " w13"), h}, w2_shape{el, h, i};
+  checked_nbytes(weight_dtype, w13_shape, layer_text + " w13 [E_local, 2 moe_intermediate_size, hidden_size]");
+  checked_nbytes(weight_dtype, w2_shape, layer_text + " w2 [E_local, hidden_size, moe_intermediate_size]");
+  checked_nbytes(DType::f32, {c.num_experts, h}, layer_text + " router [num_experts, hidden_size]");
+  auto projections = [&](std::int64_t e) {
+    return std::array<Projection, 3>{Projection{names.expert(e, names.scheme->gate, ".weight"), i, h},
+                                     Projection{names.expert(e, names.scheme->up, ".weight"), i, h},
+                                     Projection{names.expert(e, names.scheme->down, ".weight"), h, i}};
+  };
+  for (std::int64_t x = 0; x < el; ++x)
+    for (const Projection& p : projections(c.first_local_expert() + x)) check_projection(files, p, weight_dtype);
+  const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
+  expect_tensor(files, names.router(), {c.num_experts, h}, floats);
+  if (!bias_name.empty()) expect_tensor(files, bias_name, {c.num_experts}, floats);
+
+  out.w13 = Tensor(weight_dtype, w13_shape, "w13");
+  out.w2 = Tensor(weight_dtype, w2_shape, "w2");
   if (fp8) {
-    out.w13_scale = Tensor(DType::f32, {el, 2 * ib, hb});  // I % 128 == 0 (validated): gate, up blocks stack
-    out.w2_scale = Tensor(DType::f32, {el, hb, ib});
+    out.w13_scale = Tensor(DType::f32, {el, 2 * ib, hb}, "w13_scale");  // I % 128 == 0 (validated): gate, up blocks stack
+    out.w2_scale = Tensor(DType::f32, {el, hb, ib}, "w2_scale");
   }
   const std::size_t unit = dtype_size(weight_dtype);
   auto* w13 = out.w13.ptr<unsigned char>();
   auto* w2 = out.w2.ptr<unsigned char>();
   for (std::int64_t x = 0; x < el; ++x) {
-    const std::int64_t e = c.first_local_expert() + x;
-    unsigned char* gate = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
+    const auto [gate, up, down] = projections(c.first_local_expert() + x);
+    unsigned char* gate_rows = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
     float* gate_scale = fp8 ? out.w13_scale.ptr<float>() + x * 2 * ib * hb : nullptr;
-    read_projection(files, names.expert(e, names.scheme->gate, ".weight"), {gate, gate_scale}, i, h, weight_dtype);
-    read_projection(files, names.expert(e, names.scheme->up, ".weight"),
-                    {gate + std::size_t(i * h) * unit, fp8 ? gate_scale + ib * hb : nullptr}, i, h, weight_dtype);
-    read_projection(files, names.expert(e, names.scheme->down, ".weight"),
-                    {w2 + std::size_t(x * h * i) * unit, fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr}, h,
-                    i, weight_dtype);
+    read_projection(files, gate, gate_rows, gate_scale, weight_dtype);
+    read_projection(files, up, gate_rows + std::size_t(i * h) * unit, fp8 ? gate_scale + ib * hb : nullptr,
+                    weight_dtype);
+    read_projection(files, down, w2 + std::size_t(x * h * i) * unit,
+                    fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr, weight_dtype);
   }
 
-  const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
-  expect_tensor(files, names.router(), {c.num_experts, h}, floats);
-  out.gate_weight = Tensor(DType::f32, {c.num_experts, h});
+  out.gate_weight = Tensor(DType::f32, {c.num_experts, h}, "router " + names.router());
   read_as(files, names.router(), out.gate_weight.view().data, DType::f32);
   if (!bias_name.empty()) {
-    expect_tensor(files, bias_name, {c.num_experts}, floats);
-    out.e_score_correction_bias = Tensor(DType::f32, {c.num_experts});
+    out.e_score_correction_bias = Tensor(DType::f32, {c.num_experts}, "e_score_correction_bias");
     read_as(files, bias_name, out.e_score_correction_bias.view().data, DType::f32);
   }
   return out;
