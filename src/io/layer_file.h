@@ -34,7 +34,9 @@ struct LayerFile : OwnedWeights {
 
 // Reads and validates a layer file: required metadata keys present and parsable (the Error
 // names the key), tensor dtypes and shapes consistent with the config (the Error names the
-// tensor, expected vs given). Shapes are checked before any tensor data is read.
+// tensor, expected vs given), the optional ones included: expected_out [T, H] bf16,
+// expected_topk_ids [T, k] i32, expected_topk_weights [T, k] f32 when present; topk_ids
+// values in [-1, E). Shapes are checked before any tensor data is read.
 LayerFile read_layer_file(const std::string& path);
 
 // Validates like read_layer_file, then writes the config as metadata and every present
