@@ -305,6 +305,18 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"run_save_layer_with_ep", "run --preset qwen3-30b-a3b --ep 2 --save-layer x", "--save-layer"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
+// Issue #19: a non-number was ignored, a huge count aborted in thread creation.
+TEST(ToolsCli, BadNumThreadsIsOneLineNamingIt) {
+  for (const char* value : {"''", "four", "0", "-3", "100000000", "8threads"}) {
+    const Result r = moekit("run --preset qwen3-30b-a3b --tokens 2 --backend cpu", std::string("MOEKIT_NUM_THREADS=") + value);
+    EXPECT_EQ(r.code, 1) << value << "\n" << r.out << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("MOEKIT_NUM_THREADS: expected an integer in [1, 1024]"), std::string::npos) << r.err;
+  }
+  const Result ok = moekit("run --preset qwen3-30b-a3b --tokens 2 --backend cpu", "MOEKIT_NUM_THREADS=2");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
 TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {
   TempDir dir;
   write_bytes(dir.file("bad.safetensors"), "\x10\x00\x00\x00\x00\x00\x00\x00{not json}");
