@@ -277,19 +277,54 @@ MoEConfig parse_config_metadata(const std::map<std::string, std::string>& m) {
   return c;
 }
 
+namespace {
+
+// What the header says, checked: the config, w13's order, every tensor's dtype and shape.
+struct Header {
+  MoEConfig config;
+  W13Order order = W13Order::gate_up;
+  Signatures signatures;
+};
+
+Header checked_header(const SafetensorsReader& reader) {
+  Header h;
+  h.config = parse_config_metadata(reader.metadata());
+  h.order = parse_w13_order(reader.metadata());
+  require(h.order == W13Order::gate_up || h.config.gated(),
+          "metadata 'w13_order': up_gate needs a gated activation (w13 has gate and up halves), given " +
+              std::string(to_string(h.config.activation)));
+  for (const auto& name : reader.names()) h.signatures[name] = {reader.info(name).dtype, reader.info(name).shape};
+  check_tensors(h.config, h.signatures);
+  return h;
+}
+
+}  // namespace
+
+LayerFileInfo inspect_layer_file(const std::string& path) {
+  const SafetensorsReader reader(path);
+  try {
+    const Header h = checked_header(reader);
+    LayerFileInfo info;
+    info.config = h.config;
+    info.tokens = h.signatures.at("hidden").shape[0];
+    info.has_router_logits = h.signatures.count("router_logits") != 0;
+    info.has_topk = h.signatures.count("topk_ids") != 0;
+    for (const auto& [name, signature] : h.signatures)
+      if (!field(name)) info.extra.push_back(name);
+    return info;
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
 LayerFile read_layer_file(const std::string& path) {
   const SafetensorsReader reader(path);
   LayerFile file;
   W13Order order = W13Order::gate_up;
-  Signatures signatures;
   try {
-    file.config = parse_config_metadata(reader.metadata());
-    order = parse_w13_order(reader.metadata());
-    require(order == W13Order::gate_up || file.config.gated(),
-            "metadata 'w13_order': up_gate needs a gated activation (w13 has gate and up halves), given " +
-                std::string(to_string(file.config.activation)));
-    for (const auto& name : reader.names()) signatures[name] = {reader.info(name).dtype, reader.info(name).shape};
-    check_tensors(file.config, signatures);
+    const Header h = checked_header(reader);
+    file.config = h.config;
+    order = h.order;
     for (const auto& name : reader.names()) {
       Tensor LayerFile::*member = field(name);
       (member ? file.*member : file.extra[name]) = reader.read(name);

@@ -39,6 +39,16 @@ struct LayerFile : OwnedWeights {
 // values in [-1, E). Shapes are checked before any tensor data is read.
 LayerFile read_layer_file(const std::string& path);
 
+// What read_layer_file checks, from the header alone (no tensor data is read): for `moekit
+// explain`, which needs the problem and not the weights. topk_ids values are data: unchecked.
+struct LayerFileInfo {
+  MoEConfig config;
+  std::int64_t tokens = 0;  // T, hidden's rows
+  bool has_router_logits = false, has_topk = false;
+  std::vector<std::string> extra;  // the names of the other tensors (expected_out, ...)
+};
+LayerFileInfo inspect_layer_file(const std::string& path);
+
 // Validates like read_layer_file, then writes the config as metadata and every present
 // tensor (extra included). w13 is written gate_up. Nothing is written on error.
 void write_layer_file(const std::string& path, const LayerFile& file);
