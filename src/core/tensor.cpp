@@ -154,13 +154,11 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, std::string_view na
   const std::string what = name.empty() ? "tensor " + shape_text(shape_) : std::string(name);
   const std::size_t bytes = checked_nbytes(dtype, shape_, what);
   view_ = TensorView::contiguous(nullptr, dtype, shape_);
-  try {
-    // At least one byte so that data() is never null for an empty tensor.
-    storage_.reset(new std::byte[bytes > 0 ? bytes : 1]);
-  } catch (const std::bad_alloc&) {
-    throw Error(what + ": cannot allocate " + std::to_string(bytes) + " bytes (" + shape_text(shape_) + " " +
-                std::string(to_string(dtype)) + ")");
-  }
+  // At least one byte so that data() is never null for an empty tensor. nothrow: a failure is
+  // an Error naming the tensor (and ASan, told allocator_may_return_null, returns null here too).
+  storage_.reset(new (std::nothrow) std::byte[bytes > 0 ? bytes : 1]);
+  require(storage_ != nullptr, what + ": cannot allocate " + std::to_string(bytes) + " bytes (" + shape_text(shape_) +
+                                   " " + std::string(to_string(dtype)) + ")");
   view_.data = storage_.get();
 }
 
