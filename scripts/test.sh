@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test twice —
 # a Release build (with CUDA when nvcc exists; GPU tests skip without a GPU) and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code.
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code — then fuzzes each
+# parser for MOEKIT_FUZZ_SECONDS (default 60; 0 skips) with clang's libFuzzer (scripts/fuzz.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/bootstrap.sh" --tests
@@ -15,3 +16,9 @@ echo "== sanitizer build (ASan + UBSan, CPU code) =="
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$(nproc)")
+
+fuzz_seconds="${MOEKIT_FUZZ_SECONDS:-60}"
+if [ "$fuzz_seconds" != "0" ]; then
+  echo "== fuzzing (libFuzzer, ASan + UBSan, ${fuzz_seconds}s per parser) =="
+  "$root/scripts/fuzz.sh" "$fuzz_seconds"
+fi

@@ -24,12 +24,18 @@ struct Flag {
 class Args {
  public:
   // Parses argv[first..argc) against flags; unknown flags, missing values and repeats are UsageErrors.
+  // "-h" is "--help".
   Args(int argc, char** argv, int first, const std::vector<Flag>& flags);
 
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
   // An integer in [lo, hi]; UsageError naming the flag otherwise.
   std::int64_t get_int(const std::string& name, std::int64_t fallback, std::int64_t lo, std::int64_t hi) const;
+  // A comma-separated list ("a,b"); an empty item ("a,,b", "a,", "") is a UsageError naming the flag.
+  std::vector<std::string> get_list(const std::string& name, const std::string& fallback) const;
+  // The same of integers in [lo, hi] each.
+  std::vector<std::int64_t> get_int_list(const std::string& name, const std::string& fallback, std::int64_t lo,
+                                         std::int64_t hi) const;
 
  private:
   std::map<std::string, std::string> values_;

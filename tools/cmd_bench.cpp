@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #ifdef MOEKIT_HAVE_CUDA
@@ -32,14 +31,6 @@ namespace moekit::cli {
 namespace {
 
 constexpr int kInputSets = 4;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -308,12 +299,7 @@ int cmd_bench(int argc, char** argv) {
   if (!args.has("preset") && !args.has("inputs")) throw UsageError("give --preset NAME[,NAME...] or --inputs FILE");
   if (args.has("name") && !args.has("inputs")) throw UsageError("--name: names an --inputs layer; give --inputs");
   Settings settings;
-  for (const std::string& t : split(args.get("tokens", "1,8,64,512,4096"))) {
-    char* end = nullptr;
-    const long long v = std::strtoll(t.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > (1 << 20)) throw UsageError("--tokens: expected integers in [1, 1048576], given '" + t + "'");
-    settings.tokens.push_back(v);
-  }
+  settings.tokens = args.get_int_list("tokens", "1,8,64,512,4096", 1, 1 << 20);
   settings.graph = args.get("graph", "auto");
   if (settings.graph != "auto" && settings.graph != "on" && settings.graph != "off")
     throw UsageError("--graph: expected one of auto|on|off, given '" + settings.graph + "'");
@@ -330,7 +316,7 @@ int cmd_bench(int argc, char** argv) {
   std::vector<Problem> problems;
   if (args.has("inputs")) problems.push_back(file_problem(args.get("inputs", ""), args));
   else
-    for (const std::string& name : split(args.get("preset", ""))) problems.push_back(preset_problem(name, args, seed));
+    for (const std::string& name : args.get_list("preset", "")) problems.push_back(preset_problem(name, args, seed));
   record.backend = select_backend(problems.front().config, args.get("backend", "auto")).chosen;
   if (record.backend == "cuda") {
     std::fprintf(stderr, "bench: measuring the GPU's ceilings (copy, cuBLASLt bf16/fp8/fp8-block)...\n");

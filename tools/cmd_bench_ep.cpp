@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <vector>
 
 #include "cli_args.h"
@@ -75,19 +74,6 @@ struct Case {
   double single_ms = 0;     // rank 0: one device, N T tokens
 };
 
-std::vector<std::int64_t> parse_tokens(const std::string& list) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(list);
-  for (std::string t; std::getline(ss, t, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || v < 1 || v > (1 << 20))
-      throw UsageError("--tokens: expected integers in [1, 1048576] (tokens per rank), given '" + t + "'");
-    out.push_back(v);
-  }
-  return out;
-}
-
 struct Link {
   std::size_t block = 0;  // bytes to each other rank
   double gbs = 0;         // sent to other ranks per rank
@@ -127,13 +113,6 @@ void print_cases(const MoEConfig& c, const std::string& preset, Communicator& co
   std::printf("(EP ms: the slowest rank, barrier to end of device work; steps: the slowest rank's median with its "
               "bytes to other ranks; 1-dev: rank 0's device alone on all N T tokens, wall clock)\n");
   std::fflush(stdout);
-}
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
 }
 
 // The whole batch of a case: N T tokens, the same on every rank; rank r's are rows [r T, r T + T).
@@ -218,7 +197,7 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
   mine.ep_rank = rank;
   validate(mine);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
-  const std::vector<std::int64_t> token_list = parse_tokens(args.get("tokens", "128,4096"));
+  const std::vector<std::int64_t> token_list = args.get_int_list("tokens", "128,4096", 1, 1 << 20);
   const std::string backend = select_backend(mine, args.get("backend", "auto")).chosen;
   const Device device = backend == "cpu" ? Device::cpu : Device::cuda;
   const int runs = int(args.get_int("runs", device == Device::cuda ? 20 : 3, 1, 10000));
@@ -227,7 +206,7 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
   Communicator& comm = nccl ? *nccl : world;
 
   std::vector<EpCombine> combines;
-  for (const std::string& name : split_list(args.get("ep-combine", "auto"))) {
+  for (const std::string& name : args.get_list("ep-combine", "auto")) {
     if (name == "exact") combines.push_back(EpCombine::exact);
     else if (name == "partial") combines.push_back(EpCombine::partial);
     else if (name == "auto") combines.push_back(EpCombine::automatic);

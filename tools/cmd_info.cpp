@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.h"
+#include "moekit/moekit.h"
 #include "core/check.h"
 #include "io/presets.h"
 #include "run_setup.h"
@@ -30,8 +31,24 @@ std::string check_rule(const QuantConfig& quant) {
 }  // namespace
 
 int cmd_presets(int argc, char** argv) {
-  const Args args(argc, argv, 2, {});
+  const std::vector<Flag> flags{{"help", false, "this text"}};
+  const Args args(argc, argv, 2, flags);
+  if (args.has("help")) {
+    std::printf("%s", usage_of("presets", flags).c_str());
+    return 0;
+  }
   std::printf("%s", io::presets_table().c_str());
+  return 0;
+}
+
+int cmd_version(int argc, char** argv) {
+  const std::vector<Flag> flags{{"help", false, "this text"}};
+  const Args args(argc, argv, 2, flags);
+  if (args.has("help")) {
+    std::printf("%s", usage_of("version", flags).c_str());
+    return 0;
+  }
+  std::printf("moekit %s\n", std::string(version()).c_str());
   return 0;
 }
 
@@ -43,20 +60,33 @@ int cmd_explain(int argc, char** argv) {
     std::printf("%s", usage_of("explain", flags).c_str());
     return 0;
   }
-  // Without a problem, explain the first preset: the decisions still show every backend.
-  const MoEConfig config =
-      args.has("preset") || args.has("inputs") ? config_from_args(args) : io::presets().front().config;
+  // The problem run would run, from the same flags through the same checks (run_setup.h),
+  // reading configs and headers only. With no flag at all: the first preset, whose decisions
+  // still show every backend.
+  RunSetup s;
+  if (args.has("preset") || args.has("inputs") || args.has("checkpoint")) {
+    s = setup_from_args(args, 1, 0, SetupDepth::problem);
+  } else {
+    for (const Flag& f : problem_flags())
+      if (f.name != "backend" && args.has(f.name))
+        throw UsageError("--" + f.name + ": explain a problem: give --preset NAME, --inputs FILE or --checkpoint DIR");
+    s.config = io::presets().front().config;
+    s.tokens = 64;
+    s.source = "preset " + io::presets().front().name + " (no problem given)";
+  }
+  const MoEConfig& config = s.config;
   const BackendSelection selection = explain_backends(config, args.get("backend", "auto"));
 #ifdef MOEKIT_HAVE_CUDA
   std::printf("gpu: %s\n", cuda::device_info().to_string().c_str());
 #else
   std::printf("gpu: not looked for (built without CUDA)\n");
 #endif
-  std::printf("problem: %s\n%s", config.to_string().c_str(), selection.to_string().c_str());
+  std::printf("problem: %s, T=%lld (%s)\n%s", config.to_string().c_str(), static_cast<long long>(s.tokens),
+              s.source.c_str(), selection.to_string().c_str());
   std::printf("%s", check_rule(config.quant).c_str());
 #ifdef MOEKIT_HAVE_CUDA
-  // The grouped GEMM tiles the cuda backend would pick at --tokens (default 64), with the rule.
-  const std::int64_t tokens = args.get_int("tokens", 64, 0, std::int64_t(1) << 24);
+  // The grouped GEMM tiles the cuda backend would pick at T (--tokens, default 64; a file's T).
+  const std::int64_t tokens = s.tokens;
   const double per_group = double(tokens * config.top_k()) / double(config.num_experts);
   const cuda::GemmKind kind = cuda::gemm_kind(config.quant.scheme);
   const std::int64_t pairs = tokens * config.top_k();

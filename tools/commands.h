@@ -8,6 +8,7 @@ class Args;
 // The run with --ep N > 1, under mpirun (cmd_run_ep.cpp).
 int cmd_run_ep(const Args& args);
 int cmd_presets(int argc, char** argv);
+int cmd_version(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 // The bench with --ep N > 1, under mpirun (cmd_bench_ep.cpp).

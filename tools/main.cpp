@@ -11,11 +11,12 @@ namespace {
 
 const char* kUsage =
     "usage: moekit <command> [flags]\n"
-    "  run       one forward pass of a preset or a layer file (--help for flags)\n"
+    "  run       one forward pass of a preset, a layer file or a checkpoint layer\n"
     "  presets   the model presets\n"
-    "  explain   the backend decisions, with reasons\n"
+    "  explain   the backend decisions for the problem run would run (same flags), with reasons\n"
     "  bench     time per case against the roofline (DESIGN §9)\n"
-    "  version   the version\n";
+    "  version   the version\n"
+    "moekit <command> -h (or --help): the flags of a command\n";
 
 }  // namespace
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: moekit <run|presets|explain|bench|version> [flags] (moekit --help)\n");
     return 2;
   }
-  if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+  if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::printf("%s", kUsage);
     return 0;
   }
@@ -35,10 +36,7 @@ int main(int argc, char** argv) {
     if (command == "presets") return cmd_presets(argc, argv);
     if (command == "explain") return cmd_explain(argc, argv);
     if (command == "bench") return cmd_bench(argc, argv);
-    if (command == "version") {
-      std::printf("moekit %s\n", std::string(moekit::version()).c_str());
-      return 0;
-    }
+    if (command == "version") return cmd_version(argc, argv);
     throw UsageError("unknown command '" + command + "' (run|presets|explain|bench|version)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "moekit %s: %s\n", command.c_str(), e.what());

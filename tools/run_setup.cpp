@@ -45,29 +45,35 @@ RoutingMode routing_mode(const Args& args) {
   return mode == "fused" ? RoutingMode::fused : RoutingMode::external;
 }
 
-void setup_from_file(const Args& args, RunSetup& s) {
-  if (args.has("preset") || args.has("tokens") || args.has("seed") || args.has("checkpoint"))
-    throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed/--checkpoint");
+void setup_from_file(const Args& args, RunSetup& s, SetupDepth depth) {
+  if (args.has("preset") || args.has("tokens") || args.has("seed") || args.has("checkpoint") || args.has("layer"))
+    throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed/--checkpoint/--layer");
   if (args.has("quant") && args.get("quant", "") != "")
     throw UsageError("--quant: the layer file's weights are already quantized; drop --quant");
-  s.file = io::read_layer_file(args.get("inputs", ""));
-  io::LayerFile& f = *s.file;
-  s.config = f.config;
-  apply_run_options(s.config, args);
-  s.source = "file " + args.get("inputs", "");
-  s.hidden = std::move(f.hidden);
-  s.router_logits = std::move(f.router_logits);
-  s.topk_ids = std::move(f.topk_ids);
-  s.topk_weights = std::move(f.topk_weights);
-  if (auto it = f.extra.find("expected_out"); it != f.extra.end()) {
-    // Checked against out element by element: it must be out's shape (issue #19).
-    core::check_tensor("expected_out", it->second.view(), {DType::bf16}, {s.hidden.size(0), s.config.hidden_size},
-                       Device::cpu);
-    s.expected_out = std::move(it->second);
+  const std::string path = args.get("inputs", "");
+  s.source = "file " + path;
+  bool has_router_logits = false;
+  if (depth == SetupDepth::problem) {
+    const io::LayerFileInfo info = io::inspect_layer_file(path);
+    s.config = info.config;
+    s.tokens = info.tokens;
+    has_router_logits = info.has_router_logits;
+  } else {
+    s.file = io::read_layer_file(path);
+    io::LayerFile& f = *s.file;
+    s.config = f.config;
+    s.tokens = f.hidden.size(0);
+    s.hidden = std::move(f.hidden);
+    s.router_logits = std::move(f.router_logits);
+    s.topk_ids = std::move(f.topk_ids);
+    s.topk_weights = std::move(f.topk_weights);
+    if (auto it = f.extra.find("expected_out"); it != f.extra.end()) s.expected_out = std::move(it->second);
+    s.weights = f.weights();
+    has_router_logits = s.router_logits.defined();
   }
-  s.weights = f.weights();
-  s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
-  if (!s.router_logits.defined() && s.routing == RoutingMode::fused)
+  apply_run_options(s.config, args);
+  if (depth == SetupDepth::full) s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
+  if (!has_router_logits && s.routing == RoutingMode::fused)
     throw UsageError("--routing fused: the layer file has no router_logits (it carries topk_ids); use --routing external");
 }
 
@@ -84,43 +90,55 @@ Tensor router_logits_of(const Tensor& hidden, const Tensor& gate) {
   return logits;
 }
 
-void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_rank) {
+// T: --tokens, required to run; explain (problem depth) shows the GEMM tiles at 64 without it.
+std::int64_t tokens_of(const Args& args, SetupDepth depth) {
+  if (depth == SetupDepth::full && !args.has("tokens")) throw UsageError("run: give --tokens N");
+  return args.get_int("tokens", 64, 0, kMaxTokens);
+}
+
+void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_rank, SetupDepth depth) {
   if (args.has("preset") || args.has("quant"))
     throw UsageError("--checkpoint: takes the problem from the checkpoint; drop --preset/--quant");
   if (!args.has("layer")) throw UsageError("--checkpoint: give --layer N");
-  if (!args.has("tokens")) throw UsageError("run: give --tokens N");
   const std::string folder = args.get("checkpoint", "");
   const int layer = int(args.get_int("layer", 0, 0, 100000));
-  const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
+  s.tokens = tokens_of(args, depth);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
+  s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
+  if (depth == SetupDepth::problem) {
+    s.config = io::inspect_hf_layer(folder, layer, {ep_size, ep_rank});
+    apply_run_options(s.config, args);
+    return;
+  }
   s.checkpoint = io::import_hf_layer(folder, layer, {ep_size, ep_rank});
   s.config = s.checkpoint->config;
   apply_run_options(s.config, args);
-  s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
   s.weights = s.checkpoint->weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
-  s.hidden = core::make_hidden(tokens, s.config.hidden_size, seed);
+  s.hidden = core::make_hidden(s.tokens, s.config.hidden_size, seed);
   s.router_logits = router_logits_of(s.hidden, s.checkpoint->gate_weight);
 }
 
-void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank) {
+void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank, SetupDepth depth) {
   if (!args.has("preset")) throw UsageError("run: give --preset NAME (see `moekit presets`) or --inputs FILE");
-  if (!args.has("tokens")) throw UsageError("run: give --tokens N");
-  s.config = config_from_args(args);
+  if (args.has("layer")) throw UsageError("--layer: selects a layer of --checkpoint; give --checkpoint DIR");
+  const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
+  s.tokens = tokens_of(args, depth);
+  s.config = apply_overrides(preset.config, args);
   s.config.ep_size = ep_size;
   s.config.ep_rank = ep_rank;
   as_usage([&] {
     validate(s.config);
     return 0;
   });
-  const std::int64_t tokens = args.get_int("tokens", 0, 0, kMaxTokens);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.source = "preset " + args.get("preset", "") + ", seed " + std::to_string(seed);
+  if (depth == SetupDepth::problem) return;
   s.synthetic = core::make_synthetic_layer(s.config, seed);
   s.weights = s.synthetic->weights();
   s.master = std::make_unique<core::SyntheticMaster>(s.config, seed);
-  s.hidden = core::make_hidden(tokens, s.config.hidden_size, seed);
-  s.router_logits = core::make_router_logits(tokens, s.config.num_experts, DType::f32, seed);
+  s.hidden = core::make_hidden(s.tokens, s.config.hidden_size, seed);
+  s.router_logits = core::make_router_logits(s.tokens, s.config.num_experts, DType::f32, seed);
 }
 
 }  // namespace
@@ -167,31 +185,15 @@ std::vector<Flag> problem_flags() {
   };
 }
 
-MoEConfig config_from_args(const Args& args) {
-  if (args.has("inputs")) {
-    MoEConfig c = io::read_layer_file(args.get("inputs", "")).config;
-    apply_run_options(c, args);
-    return c;
-  }
-  if (args.has("checkpoint")) {
-    MoEConfig c = io::import_hf_layer(args.get("checkpoint", ""), int(args.get_int("layer", 0, 0, 100000)), {}).config;
-    apply_run_options(c, args);
-    return c;
-  }
-  if (!args.has("preset")) throw UsageError("give --preset NAME (see `moekit presets`) or --inputs FILE");
-  const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
-  return apply_overrides(preset.config, args);
-}
-
-RunSetup setup_from_args(const Args& args, int ep_size, int ep_rank) {
+RunSetup setup_from_args(const Args& args, int ep_size, int ep_rank, SetupDepth depth) {
   RunSetup s;
   check_backend_name(args);
   s.routing = routing_mode(args);
   if (args.has("inputs") && ep_size > 1)
     throw UsageError("--inputs: a layer file holds every expert; with --ep use --preset or --checkpoint");
-  if (args.has("inputs")) setup_from_file(args, s);
-  else if (args.has("checkpoint")) setup_from_checkpoint(args, s, ep_size, ep_rank);
-  else setup_from_preset(args, s, ep_size, ep_rank);
+  if (args.has("inputs")) setup_from_file(args, s, depth);
+  else if (args.has("checkpoint")) setup_from_checkpoint(args, s, ep_size, ep_rank, depth);
+  else setup_from_preset(args, s, ep_size, ep_rank, depth);
   return s;
 }
 

@@ -17,10 +17,15 @@ namespace moekit::cli {
 
 enum class RoutingMode { fused, external };
 
+// full: what `run` needs (weights and inputs read or generated); problem: what `explain` needs
+// (the config and T, from the same flags and checks, reading headers and configs only).
+enum class SetupDepth { full, problem };
+
 struct RunSetup {
   MoEConfig config;
   std::string source;  // "preset deepseek-v3, seed 1", "file F" or "checkpoint DIR, layer N"
   RoutingMode routing = RoutingMode::fused;
+  std::int64_t tokens = 0;  // T
   Tensor hidden, router_logits, topk_ids, topk_weights;  // topk_* given for external routing
   Tensor expected_out;                                    // from a layer file, when it has one
   Weights weights;
@@ -39,11 +44,10 @@ void apply_run_options(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
 Flag batch_invariance_flag();
 
-// The config alone, from --preset/--quant/--scale-format, the layer file or the checkpoint.
-MoEConfig config_from_args(const Args& args);
-
-// Everything: weights generated or read, inputs generated or read. With ep_size > 1 only
-// this rank's experts are generated or read; the inputs are the whole batch.
-RunSetup setup_from_args(const Args& args, int ep_size = 1, int ep_rank = 0);
+// The problem of the flags (--preset, --inputs or --checkpoint, with their options), checked.
+// full: weights generated or read, inputs generated or read; with ep_size > 1 only this
+// rank's experts are generated or read, the inputs are the whole batch. problem: the config
+// and T only (--tokens optional there, default 64), nothing but headers and configs read.
+RunSetup setup_from_args(const Args& args, int ep_size = 1, int ep_rank = 0, SetupDepth depth = SetupDepth::full);
 
 }  // namespace moekit::cli

@@ -80,7 +80,7 @@ class MpiSession {
   [[noreturn]] void abort(int code) const;
 
  private:
-  bool owns_ = false;
+  [[maybe_unused]] bool owns_ = false;  // used by the MPI build only
 };
 
 // Over a duplicate of MPI_COMM_WORLD (MPI must be initialized). Collective over the world.

@@ -111,7 +111,15 @@ struct FusedArgs {
   TensorView topk_weights;   // optional output [T, k] f32
 };
 
-// External routing: the caller routes.
+// External routing: the caller routes. topk_ids must lie in [-1, E). What an id out of range
+// does depends on where the ids are:
+//   - host memory (the cpu backend): forward() throws Error naming topk_ids, before any output;
+//   - expert parallelism (any backend): the ids are copied to the host for the dispatch plan
+//     and checked there: the same Error, on the rank that holds them, before the exchange (the
+//     other ranks then fail at their collective timeout);
+//   - device memory on one GPU (cuda): the ids are not read by the host; the permutation plan
+//     treats an id outside [0, E) as "no expert" (src/cuda/permute/plan.cuh local_expert), so
+//     the slot contributes nothing, as -1 does. Nothing is read or written out of bounds.
 struct ExternalArgs {
   TensorView hidden;        // [T, H] bf16
   TensorView topk_ids;      // [T, k] i32, global ids, -1 = none

@@ -48,6 +48,13 @@ float f16_to_float(std::uint16_t bits);
 
 inline constexpr int kMaxRank = 4;
 
+// Sizes that come from files, flags or callers are multiplied only through these: a product
+// that does not fit in int64 (bytes: in int64 too) is an Error naming `what`, never a wrapped
+// size. Every factor must be >= 0; a zero anywhere makes the product 0.
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what);
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, std::string_view what);
+std::size_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, std::string_view what);
+
 // A view of memory someone else owns: dtype, shape, strides (in elements), device.
 // A default-constructed view is "absent" (defined() is false).
 struct TensorView {
@@ -83,7 +90,8 @@ struct TensorView {
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(DType dtype, std::vector<std::int64_t> shape);
+  // Error (naming `name`, else the shape) when the size overflows or the memory is not there.
+  Tensor(DType dtype, std::vector<std::int64_t> shape, std::string_view name = {});
 
   bool defined() const { return view_.defined(); }
   const TensorView& view() const { return view_; }

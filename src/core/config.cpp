@@ -142,10 +142,17 @@ void validate(const RoutingConfig& r, std::int64_t num_experts) {
 }
 
 void validate(const MoEConfig& c) {
-  require(c.num_experts >= 1, "num_experts: expected >= 1, given " + std::to_string(c.num_experts));
-  require(c.hidden_size >= 1, "hidden_size: expected >= 1, given " + std::to_string(c.hidden_size));
-  require(c.intermediate_size >= 1,
-          "intermediate_size: expected >= 1, given " + std::to_string(c.intermediate_size));
+  // 2^40 each: far past any model, and small enough that 2 I, ceil_div and the block counts
+  // never overflow; the products of sizes go through checked_mul (tensor.h).
+  constexpr std::int64_t kMaxSize = std::int64_t(1) << 40;
+  const std::string limit = std::to_string(kMaxSize);
+  require(c.num_experts >= 1 && c.num_experts <= kMaxSize,
+          "num_experts: expected 1 <= num_experts <= " + limit + ", given " + std::to_string(c.num_experts));
+  require(c.hidden_size >= 1 && c.hidden_size <= kMaxSize,
+          "hidden_size: expected 1 <= hidden_size <= " + limit + ", given " + std::to_string(c.hidden_size));
+  require(c.intermediate_size >= 1 && c.intermediate_size <= kMaxSize,
+          "intermediate_size: expected 1 <= intermediate_size <= " + limit + ", given " +
+              std::to_string(c.intermediate_size));
   validate(c.routing, c.num_experts);
   require(c.ep_size >= 1, "ep_size: expected >= 1, given " + std::to_string(c.ep_size));
   require(c.num_experts % c.ep_size == 0, "ep_size: expected a divisor of num_experts (" +

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "core/rows.h"
+#include "core/validate.h"
 #include "moekit/error.h"
 #include "moekit/quant.h"
 
@@ -50,6 +51,10 @@ void plan_dispatch(const std::int32_t* ids, const float* weights, std::int64_t t
   const bool fixed = capacity > 0;
   require(!fixed || tokens <= capacity, "tokens: expected at most the EP capacity " + std::to_string(capacity) +
                                             " per rank, given " + std::to_string(tokens));
+  // The ids index the host arrays below (owner_of): on a GPU rank they come from the caller's
+  // device memory unchecked until here (issue #19).
+  check_topk_ids(TensorView::contiguous(const_cast<std::int32_t*>(ids), DType::i32, {tokens, std::int64_t(k)}),
+                 c.num_experts);
 
   // The ranks each token goes to, once per rank, ascending.
   std::vector<std::uint8_t> goes(std::size_t(tokens) * ep, 0);

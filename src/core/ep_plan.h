@@ -40,6 +40,7 @@ struct EpSendPlan {
 
 // Builds the plan from this rank's routing (host memory): topk_ids [T, k] global ids, -1 = none.
 // capacity > 0 selects the fixed-capacity layout (T <= capacity, checked by the caller).
+// Error naming topk_ids when an id lies outside [-1, E), before anything is indexed with it.
 void plan_dispatch(const std::int32_t* topk_ids, const float* topk_weights, std::int64_t tokens,
                    const MoEConfig& config, std::int64_t capacity, EpCombine combine, EpSendPlan& plan);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/ep_pipeline.h"
+#include "core/parallel.h"
 #include "core/stages.h"
 #include "core/validate.h"
 #include "moekit/comm.h"
@@ -106,6 +107,7 @@ Weights OwnedWeights::weights() const {
 Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   validate(config);
+  core::num_threads();  // a bad MOEKIT_NUM_THREADS is an Error here, before any work
   impl_->config = config;
   impl_->selection = select_backend(config, options.backend);
   for (const auto* b : core::registered_backends())

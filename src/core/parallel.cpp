@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "moekit/error.h"
 
 namespace moekit::core {
 namespace {
@@ -102,11 +107,16 @@ Pool& pool() {
 }  // namespace
 
 int num_threads() {
-  if (const char* env = std::getenv("MOEKIT_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  const char* env = std::getenv("MOEKIT_NUM_THREADS");
+  if (!env) return int(std::clamp(std::thread::hardware_concurrency(), 1u, unsigned(kMaxThreads)));
+  const std::string_view text(env);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  // A typo must not silently mean "all cores", nor a huge count abort in thread creation.
+  require(!text.empty() && ec == std::errc() && end == text.data() + text.size() && n >= 1 && n <= kMaxThreads,
+          "MOEKIT_NUM_THREADS: expected an integer in [1, " + std::to_string(kMaxThreads) + "], given '" +
+              std::string(text) + "'");
+  return n;
 }
 
 void parallel_for(std::int64_t n, std::int64_t grain,

@@ -7,7 +7,11 @@
 
 namespace moekit::core {
 
-// Threads used: MOEKIT_NUM_THREADS if set, else std::thread::hardware_concurrency().
+inline constexpr int kMaxThreads = 1024;
+
+// Threads used: MOEKIT_NUM_THREADS if set, else std::thread::hardware_concurrency() (at most
+// kMaxThreads). Error naming MOEKIT_NUM_THREADS when it is set to anything but an integer in
+// [1, kMaxThreads] (empty included).
 int num_threads();
 
 // Calls body(begin, end) over [0, n) in chunks of at least `grain` indices, in parallel,

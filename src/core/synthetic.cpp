@@ -151,8 +151,9 @@ SyntheticLayer make_synthetic_layer(const MoEConfig& c, std::uint64_t seed) {
   layer.seed = seed;
   const DType dtype = c.quant.scheme == QuantScheme::bf16 ? DType::bf16 : DType::fp8_e4m3;
   const std::int64_t el = c.local_experts();
-  layer.w13 = Tensor(dtype, {el, c.gemm1_width(), c.hidden_size});
-  layer.w2 = Tensor(dtype, {el, c.hidden_size, c.intermediate_size});
+  // Checked products (tensor.h): a config of valid sizes can still ask for more than int64 holds.
+  layer.w13 = Tensor(dtype, {el, c.gemm1_width(), c.hidden_size}, "synthetic w13 [E_local, 2I, H]");
+  layer.w2 = Tensor(dtype, {el, c.hidden_size, c.intermediate_size}, "synthetic w2 [E_local, H, I]");
   layer.w13_scale = make_scales(c, Projection::w13);
   layer.w2_scale = make_scales(c, Projection::w2);
   quantize_projection(c, seed, Projection::w13, layer.w13, layer.w13_scale);

@@ -1,6 +1,7 @@
 #include "moekit/tensor.h"
 
 #include <cmath>
+#include <new>
 #include <sstream>
 
 #include "moekit/error.h"
@@ -50,6 +51,48 @@ float f16_to_float(std::uint16_t bits) {
   return sign ? -value : value;
 }
 
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
+  require(a >= 0 && b >= 0, std::string(what) + ": a size is negative (" + std::to_string(a) + " x " +
+                                std::to_string(b) + ")");
+  std::int64_t product = 0;
+  require(!__builtin_mul_overflow(a, b, &product),
+          std::string(what) + ": size " + std::to_string(a) + " x " + std::to_string(b) + " overflows int64");
+  return product;
+}
+
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, std::string_view what) {
+  for (const std::int64_t d : shape)
+    require(d >= 0, std::string(what) + ": shape " + shape_text(shape) + " has a negative dimension");
+  // A zero dimension makes the tensor empty whatever the others are.
+  for (const std::int64_t d : shape)
+    if (d == 0) return 0;
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) {
+    require(!__builtin_mul_overflow(n, d, &n),
+            std::string(what) + ": shape " + shape_text(shape) + " has more elements than int64 holds");
+  }
+  return n;
+}
+
+std::size_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, std::string_view what) {
+  const std::int64_t n = checked_numel(shape, what);
+  std::int64_t bytes = 0;
+  require(!__builtin_mul_overflow(n, std::int64_t(dtype_size(dtype)), &bytes),
+          std::string(what) + ": shape " + shape_text(shape) + " " + std::string(to_string(dtype)) +
+              " has more bytes than int64 holds");
+  return std::size_t(bytes);
+}
+
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                                   Device device) {
   return contiguous(data, dtype, std::vector<std::int64_t>(shape), device);
@@ -60,6 +103,7 @@ TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std
   require(shape.size() <= std::size_t(kMaxRank),
           "tensor rank: expected at most " + std::to_string(kMaxRank) + ", given " +
               std::to_string(shape.size()));
+  checked_nbytes(dtype, shape, "tensor shape");  // every product below (strides, numel, nbytes) fits
   TensorView v;
   v.data = data;
   v.dtype = dtype;
@@ -106,10 +150,15 @@ std::string TensorView::to_string() const {
   return os.str();
 }
 
-Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, std::string_view name) : shape_(std::move(shape)) {
+  const std::string what = name.empty() ? "tensor " + shape_text(shape_) : std::string(name);
+  const std::size_t bytes = checked_nbytes(dtype, shape_, what);
   view_ = TensorView::contiguous(nullptr, dtype, shape_);
-  // At least one byte so that data() is never null for an empty tensor.
-  storage_.reset(new std::byte[view_.nbytes() > 0 ? view_.nbytes() : 1]);
+  // At least one byte so that data() is never null for an empty tensor. nothrow: a failure is
+  // an Error naming the tensor (and ASan, told allocator_may_return_null, returns null here too).
+  storage_.reset(new (std::nothrow) std::byte[bytes > 0 ? bytes : 1]);
+  require(storage_ != nullptr, what + ": cannot allocate " + std::to_string(bytes) + " bytes (" + shape_text(shape_) +
+                                   " " + std::string(to_string(dtype)) + ")");
   view_.data = storage_.get();
 }
 

@@ -1,5 +1,6 @@
 #include "io/checkpoint.h"
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <vector>
@@ -153,51 +154,65 @@ LayerNames find_layer(const CheckpointFiles& files, const std::string& folder, i
               "); is it a dense layer or past the last layer?");
 }
 
-// One projection of one expert (`rows` x `cols` weight and its block scales) into place.
-struct Slot {
-  void* weight;
-  float* scale;  // null for unquantized
+// One projection of one expert: its weight [rows, cols] and, for fp8, its block scales.
+struct Projection {
+  std::string weight;  // tensor name; the scales are weight + "_scale_inv"
+  std::int64_t rows, cols;
 };
 
-void read_projection(CheckpointFiles& files, const std::string& weight_name, const Slot& slot,
-                     std::int64_t rows, std::int64_t cols, DType dtype) {
+void check_projection(CheckpointFiles& files, const Projection& p, DType dtype) {
   const bool fp8 = dtype == DType::fp8_e4m3;
-  expect_tensor(files, weight_name, {rows, cols},
+  expect_tensor(files, p.weight, {p.rows, p.cols},
                 fp8 ? std::vector<DType>{DType::fp8_e4m3} : std::vector<DType>{DType::bf16, DType::f16, DType::f32});
-  read_as(files, weight_name, slot.weight, dtype);
-  if (!fp8) return;
-  const std::string scale_name = weight_name + "_scale_inv";
-  expect_tensor(files, scale_name, {ceil_div(rows, kBlock), ceil_div(cols, kBlock)}, {DType::f32, DType::bf16});
-  read_as(files, scale_name, slot.scale, DType::f32);
+  if (fp8)
+    expect_tensor(files, p.weight + "_scale_inv", {ceil_div(p.rows, kBlock), ceil_div(p.cols, kBlock)},
+                  {DType::f32, DType::bf16});
+}
+
+// Into place (checked by check_projection): the weight at `weight`, fp8 scales at `scale`.
+void read_projection(CheckpointFiles& files, const Projection& p, void* weight, float* scale, DType dtype) {
+  read_as(files, p.weight, weight, dtype);
+  if (dtype == DType::fp8_e4m3) read_as(files, p.weight + "_scale_inv", scale, DType::f32);
 }
 
 }  // namespace
 
-CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
-  const std::string config_path = (fs::path(folder) / "config.json").string();
-  std::error_code ec;
-  require(fs::is_directory(folder, ec), folder + ": not a checkpoint folder");
-  const HfModelConfig hf = parse_hf_config(read_json_file(config_path), config_path);
-  require(layer_index >= 0 && (hf.num_hidden_layers < 0 || layer_index < hf.num_hidden_layers),
-          "layer_index: expected 0 <= layer_index < num_hidden_layers (" + std::to_string(hf.num_hidden_layers) +
-              ") of " + config_path + ", given " + std::to_string(layer_index));
-  CheckpointFiles files(folder);
-  const LayerNames names = find_layer(files, folder, layer_index);
+namespace {
 
-  std::string bias_name;
+// Everything an import decides from config.json and the safetensors headers, every tensor's
+// shape and dtype checked; no tensor data read yet.
+struct ImportPlan {
+  MoEConfig config;
+  LayerNames names;
+  std::string bias_name;  // empty when the checkpoint has none
+  DType weight_dtype = DType::bf16;
+  std::vector<std::int64_t> w13_shape, w2_shape;
+
+  std::array<Projection, 3> projections(std::int64_t e) const {
+    const std::int64_t h = config.hidden_size, i = config.intermediate_size;
+    return {Projection{names.expert(e, names.scheme->gate, ".weight"), i, h},
+            Projection{names.expert(e, names.scheme->up, ".weight"), i, h},
+            Projection{names.expert(e, names.scheme->down, ".weight"), h, i}};
+  }
+};
+
+ImportPlan plan_import(CheckpointFiles& files, const std::string& folder, const HfModelConfig& hf,
+                       const std::string& config_path, int layer_index, const ImportOptions& options) {
+  ImportPlan plan;
+  plan.names = find_layer(files, folder, layer_index);
+  const LayerNames& names = plan.names;
   for (const std::string& candidate : {names.prefix + "gate.e_score_correction_bias", names.prefix + "e_score_correction_bias"})
-    if (bias_name.empty() && files.contains(candidate)) bias_name = candidate;
-  require(hf.topk_method != "noaux_tc" || !bias_name.empty(),
+    if (plan.bias_name.empty() && files.contains(candidate)) plan.bias_name = candidate;
+  require(hf.topk_method != "noaux_tc" || !plan.bias_name.empty(),
           folder + ": tensor '" + names.prefix + "gate.e_score_correction_bias' not found, but config.json's "
                    "topk_method noaux_tc needs it");
 
-  CheckpointLayer out;
-  MoEConfig& c = out.config;
+  MoEConfig& c = plan.config;
   c.num_experts = hf.num_experts;
   c.hidden_size = hf.hidden_size;
   c.intermediate_size = hf.moe_intermediate_size;
   c.activation = hf.activation;
-  c.routing = hf_routing(hf, !bias_name.empty());
+  c.routing = hf_routing(hf, !plan.bias_name.empty());
   c.ep_size = options.ep_size;
   c.ep_rank = options.ep_rank;
   auto validated = [&] {
@@ -210,45 +225,88 @@ CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, cons
   validated();  // before any expert index is formed from ep_size/ep_rank
   // The first local expert's gate weight decides the scheme; every other tensor must agree.
   const std::string probe = names.expert(c.first_local_expert(), names.scheme->gate, ".weight");
-  const DType weight_dtype = files.reader(probe).info(probe).dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
-  if (weight_dtype == DType::fp8_e4m3) {
+  plan.weight_dtype = files.reader(probe).info(probe).dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+  if (plan.weight_dtype == DType::fp8_e4m3) {
     c.quant.scheme = QuantScheme::fp8_block;
     c.quant.scale_format = hf.scale_format;
     validated();  // fp8-block adds its own shape rules
   }
 
   const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
+  // Sizes each allowed by config.json can still multiply past int64 (issue #19): the products
+  // first, then every tensor's shape against the config, and only then (import_hf_layer) any
+  // allocation, so that what is allocated is no more than the files hold.
+  const std::string layer_text = config_path + ": layer " + std::to_string(layer_index);
+  plan.w13_shape = {el, checked_mul(2, i, layer_text + " w13"), h};
+  plan.w2_shape = {el, h, i};
+  checked_nbytes(plan.weight_dtype, plan.w13_shape, layer_text + " w13 [E_local, 2 moe_intermediate_size, hidden_size]");
+  checked_nbytes(plan.weight_dtype, plan.w2_shape, layer_text + " w2 [E_local, hidden_size, moe_intermediate_size]");
+  checked_nbytes(DType::f32, {c.num_experts, h}, layer_text + " router [num_experts, hidden_size]");
+  for (std::int64_t x = 0; x < el; ++x)
+    for (const Projection& p : plan.projections(c.first_local_expert() + x)) check_projection(files, p, plan.weight_dtype);
+  const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
+  expect_tensor(files, names.router(), {c.num_experts, h}, floats);
+  if (!plan.bias_name.empty()) expect_tensor(files, plan.bias_name, {c.num_experts}, floats);
+  return plan;
+}
+
+HfModelConfig read_config(const std::string& folder, const std::string& config_path, int layer_index) {
+  std::error_code ec;
+  require(fs::is_directory(folder, ec), folder + ": not a checkpoint folder");
+  const HfModelConfig hf = parse_hf_config(read_json_file(config_path), config_path);
+  require(layer_index >= 0 && (hf.num_hidden_layers < 0 || layer_index < hf.num_hidden_layers),
+          "layer_index: expected 0 <= layer_index < num_hidden_layers (" + std::to_string(hf.num_hidden_layers) +
+              ") of " + config_path + ", given " + std::to_string(layer_index));
+  return hf;
+}
+
+}  // namespace
+
+MoEConfig inspect_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  const HfModelConfig hf = read_config(folder, config_path, layer_index);
+  CheckpointFiles files(folder);
+  return plan_import(files, folder, hf, config_path, layer_index, options).config;
+}
+
+CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options) {
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  const HfModelConfig hf = read_config(folder, config_path, layer_index);
+  CheckpointFiles files(folder);
+  const ImportPlan plan = plan_import(files, folder, hf, config_path, layer_index, options);
+  const MoEConfig& c = plan.config;
+  const DType weight_dtype = plan.weight_dtype;
+
+  CheckpointLayer out;
+  out.config = c;
+  const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
   const std::int64_t hb = ceil_div(h, kBlock), ib = ceil_div(i, kBlock);
   const bool fp8 = weight_dtype == DType::fp8_e4m3;
-  out.w13 = Tensor(weight_dtype, {el, 2 * i, h});
-  out.w2 = Tensor(weight_dtype, {el, h, i});
+  out.w13 = Tensor(weight_dtype, plan.w13_shape, "w13");
+  out.w2 = Tensor(weight_dtype, plan.w2_shape, "w2");
   if (fp8) {
-    out.w13_scale = Tensor(DType::f32, {el, 2 * ib, hb});  // I % 128 == 0 (validated): gate, up blocks stack
-    out.w2_scale = Tensor(DType::f32, {el, hb, ib});
+    out.w13_scale = Tensor(DType::f32, {el, 2 * ib, hb}, "w13_scale");  // I % 128 == 0 (validated): gate, up blocks stack
+    out.w2_scale = Tensor(DType::f32, {el, hb, ib}, "w2_scale");
   }
   const std::size_t unit = dtype_size(weight_dtype);
   auto* w13 = out.w13.ptr<unsigned char>();
   auto* w2 = out.w2.ptr<unsigned char>();
   for (std::int64_t x = 0; x < el; ++x) {
-    const std::int64_t e = c.first_local_expert() + x;
-    unsigned char* gate = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
+    const auto [gate, up, down] = plan.projections(c.first_local_expert() + x);
+    unsigned char* gate_rows = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
     float* gate_scale = fp8 ? out.w13_scale.ptr<float>() + x * 2 * ib * hb : nullptr;
-    read_projection(files, names.expert(e, names.scheme->gate, ".weight"), {gate, gate_scale}, i, h, weight_dtype);
-    read_projection(files, names.expert(e, names.scheme->up, ".weight"),
-                    {gate + std::size_t(i * h) * unit, fp8 ? gate_scale + ib * hb : nullptr}, i, h, weight_dtype);
-    read_projection(files, names.expert(e, names.scheme->down, ".weight"),
-                    {w2 + std::size_t(x * h * i) * unit, fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr}, h,
-                    i, weight_dtype);
+    read_projection(files, gate, gate_rows, gate_scale, weight_dtype);
+    read_projection(files, up, gate_rows + std::size_t(i * h) * unit, fp8 ? gate_scale + ib * hb : nullptr,
+                    weight_dtype);
+    read_projection(files, down, w2 + std::size_t(x * h * i) * unit,
+                    fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr, weight_dtype);
   }
 
-  const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
-  expect_tensor(files, names.router(), {c.num_experts, h}, floats);
-  out.gate_weight = Tensor(DType::f32, {c.num_experts, h});
-  read_as(files, names.router(), out.gate_weight.view().data, DType::f32);
-  if (!bias_name.empty()) {
-    expect_tensor(files, bias_name, {c.num_experts}, floats);
-    out.e_score_correction_bias = Tensor(DType::f32, {c.num_experts});
-    read_as(files, bias_name, out.e_score_correction_bias.view().data, DType::f32);
+  out.gate_weight = Tensor(DType::f32, {c.num_experts, h}, "router " + plan.names.router());
+  read_as(files, plan.names.router(), out.gate_weight.view().data, DType::f32);
+  if (!plan.bias_name.empty()) {
+    out.e_score_correction_bias = Tensor(DType::f32, {c.num_experts}, "e_score_correction_bias");
+    read_as(files, plan.bias_name, out.e_score_correction_bias.view().data, DType::f32);
   }
   return out;
 }

@@ -35,4 +35,8 @@ struct CheckpointLayer : OwnedWeights {
 // config.json this importer does not understand.
 CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options);
 
+// The config import_hf_layer would return, after the same checks (config.json, every tensor's
+// name, shape and dtype in the safetensors headers), without reading any tensor data.
+MoEConfig inspect_hf_layer(const std::string& folder, int layer_index, const ImportOptions& options);
+
 }  // namespace moekit::io

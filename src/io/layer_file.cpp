@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/validate.h"
 #include "io/safetensors.h"
 #include "moekit/error.h"
 #include "moekit/quant.h"
@@ -169,6 +170,11 @@ void check_tensors(const MoEConfig& c, const Signatures& s) {
           "e_score_correction_bias: required by routing " + std::string(to_string(c.routing.method)) +
               ", but absent");
   check_if_present(s, "e_score_correction_bias", {{DType::f32, DType::bf16}, {{c.num_experts}}});
+  // What the file says the layer computes: checked as strictly as the inputs, since a reader
+  // compares them element by element with the layer's outputs (issue #19).
+  check_if_present(s, "expected_out", {{DType::bf16}, {{t, h}}});
+  check_if_present(s, "expected_topk_ids", {{DType::i32}, {{t, k}}});
+  check_if_present(s, "expected_topk_weights", {{DType::f32}, {{t, k}}});
 
   const DType weight = c.quant.scheme == QuantScheme::bf16 ? DType::bf16 : DType::fp8_e4m3;
   for (const char* name : {"w13", "w2"}) require(s.count(name), std::string(name) + ": required, but absent");
@@ -271,28 +277,62 @@ MoEConfig parse_config_metadata(const std::map<std::string, std::string>& m) {
   return c;
 }
 
+namespace {
+
+// What the header says, checked: the config, w13's order, every tensor's dtype and shape.
+struct Header {
+  MoEConfig config;
+  W13Order order = W13Order::gate_up;
+  Signatures signatures;
+};
+
+Header checked_header(const SafetensorsReader& reader) {
+  Header h;
+  h.config = parse_config_metadata(reader.metadata());
+  h.order = parse_w13_order(reader.metadata());
+  require(h.order == W13Order::gate_up || h.config.gated(),
+          "metadata 'w13_order': up_gate needs a gated activation (w13 has gate and up halves), given " +
+              std::string(to_string(h.config.activation)));
+  for (const auto& name : reader.names()) h.signatures[name] = {reader.info(name).dtype, reader.info(name).shape};
+  check_tensors(h.config, h.signatures);
+  return h;
+}
+
+}  // namespace
+
+LayerFileInfo inspect_layer_file(const std::string& path) {
+  const SafetensorsReader reader(path);
+  try {
+    const Header h = checked_header(reader);
+    LayerFileInfo info;
+    info.config = h.config;
+    info.tokens = h.signatures.at("hidden").shape[0];
+    info.has_router_logits = h.signatures.count("router_logits") != 0;
+    info.has_topk = h.signatures.count("topk_ids") != 0;
+    for (const auto& [name, signature] : h.signatures)
+      if (!field(name)) info.extra.push_back(name);
+    return info;
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
 LayerFile read_layer_file(const std::string& path) {
   const SafetensorsReader reader(path);
   LayerFile file;
   W13Order order = W13Order::gate_up;
-  Signatures signatures;
   try {
-    file.config = parse_config_metadata(reader.metadata());
-    order = parse_w13_order(reader.metadata());
-    require(order == W13Order::gate_up || file.config.gated(),
-            "metadata 'w13_order': up_gate needs a gated activation (w13 has gate and up halves), given " +
-                std::string(to_string(file.config.activation)));
-    for (const auto& entry : kFields) {
-      const std::string name = entry.first;
-      if (reader.contains(name)) signatures[name] = {reader.info(name).dtype, reader.info(name).shape};
+    const Header h = checked_header(reader);
+    file.config = h.config;
+    order = h.order;
+    for (const auto& name : reader.names()) {
+      Tensor LayerFile::*member = field(name);
+      (member ? file.*member : file.extra[name]) = reader.read(name);
     }
-    check_tensors(file.config, signatures);
+    // The CPU reference indexes with the ids; a GPU run would drop the ones out of range.
+    if (file.topk_ids.defined()) core::check_topk_ids(file.topk_ids.view(), file.config.num_experts);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
-  }
-  for (const auto& name : reader.names()) {
-    Tensor LayerFile::*member = field(name);
-    (member ? file.*member : file.extra[name]) = reader.read(name);
   }
   if (file.config.quant.scheme == QuantScheme::fp8_tensor) {
     // [E_local, 1] is accepted on input; the Weights contract is [E_local].
@@ -333,15 +373,18 @@ void write_layer_file(const std::string& path, const LayerViews& layer, const st
     for (const auto& [name, view] : fields) {
       if (!view.defined()) continue;
       require(view.device == Device::cpu, std::string(name) + ": expected a host tensor");
+      require(view.is_contiguous(), std::string(name) + ": expected a contiguous row-major tensor");
       signatures[name] = {view.dtype, view.shape_vector()};
       tensors.push_back({name, view});
     }
-    check_tensors(layer.config, signatures);
     for (const NamedTensor& t : extra) {
       require(field(t.name) == nullptr, "extra '" + t.name + "': the name belongs to a layer tensor");
       require(t.view.defined(), "extra '" + t.name + "': the tensor is absent");
+      signatures[t.name] = {t.view.dtype, t.view.shape_vector()};
       tensors.push_back(t);
     }
+    check_tensors(layer.config, signatures);
+    if (layer.topk_ids.defined()) core::check_topk_ids(layer.topk_ids, layer.config.num_experts);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }

@@ -34,8 +34,20 @@ struct LayerFile : OwnedWeights {
 
 // Reads and validates a layer file: required metadata keys present and parsable (the Error
 // names the key), tensor dtypes and shapes consistent with the config (the Error names the
-// tensor, expected vs given). Shapes are checked before any tensor data is read.
+// tensor, expected vs given), the optional ones included: expected_out [T, H] bf16,
+// expected_topk_ids [T, k] i32, expected_topk_weights [T, k] f32 when present; topk_ids
+// values in [-1, E). Shapes are checked before any tensor data is read.
 LayerFile read_layer_file(const std::string& path);
+
+// What read_layer_file checks, from the header alone (no tensor data is read): for `moekit
+// explain`, which needs the problem and not the weights. topk_ids values are data: unchecked.
+struct LayerFileInfo {
+  MoEConfig config;
+  std::int64_t tokens = 0;  // T, hidden's rows
+  bool has_router_logits = false, has_topk = false;
+  std::vector<std::string> extra;  // the names of the other tensors (expected_out, ...)
+};
+LayerFileInfo inspect_layer_file(const std::string& path);
 
 // Validates like read_layer_file, then writes the config as metadata and every present
 // tensor (extra included). w13 is written gate_up. Nothing is written on error.

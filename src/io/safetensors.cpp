@@ -111,23 +111,11 @@ ParsedEntry parse_entry(const std::string& where, const JsonValue& value, std::u
   const auto& dims = shape->as_array(where + ": shape");
   require(dims.size() <= kMaxHeaderRank, where + ": shape has " + std::to_string(dims.size()) +
                                              " dimensions, more than " + std::to_string(kMaxHeaderRank));
-  std::int64_t numel = 1;
-  bool overflow = false;
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    const std::int64_t d = dims[i].as_int(where + ": shape[" + std::to_string(i) + "]", 0, kInt64Max);
-    entry.info.shape.push_back(d);
-    if (d != 0 && numel > kInt64Max / d) overflow = true;
-    else numel *= d;
-  }
-  // A zero dimension anywhere makes the product 0 even if the others overflowed.
-  if (std::find(entry.info.shape.begin(), entry.info.shape.end(), 0) != entry.info.shape.end()) {
-    numel = 0;
-    overflow = false;
-  }
-  const auto unit = static_cast<std::int64_t>(entry.spelling->size);
-  require(!overflow && numel <= kInt64Max / unit,
-          where + ": shape " + shape_string(entry.info.shape) + " has too many elements");
-  const auto bytes = static_cast<std::uint64_t>(numel * unit);
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    entry.info.shape.push_back(dims[i].as_int(where + ": shape[" + std::to_string(i) + "]", 0, kInt64Max));
+  const auto bytes = std::uint64_t(
+      checked_mul(checked_numel(entry.info.shape, where), std::int64_t(entry.spelling->size), where + ": shape " +
+                                                                     shape_string(entry.info.shape) + " " + dtype_name));
 
   const JsonValue* offsets = value.get("data_offsets");
   require(offsets != nullptr, where + ": missing \"data_offsets\"");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/master_weights.h"
+#include "moekit/error.h"
 #include "moekit/quant.h"
 #include "test_util.h"
 
@@ -181,6 +182,21 @@ TEST(CoreSyntheticInputs, HiddenAndLogitsLookNormal) {
     ASSERT_EQ(b.ptr<bf16>()[i].bits, float_to_bf16(f.ptr<float>()[i]).bits);
   const Tensor h2 = make_hidden(64, 96, seed);
   EXPECT_EQ(std::memcmp(h.view().data, h2.view().data, h.nbytes()), 0);
+}
+
+// Issue #19: sizes each valid whose product does not fit are an Error naming the weight.
+TEST(CoreSyntheticSizes, ProductThatOverflowsAreAnErrorNamingTheWeight) {
+  MoEConfig c;
+  c.num_experts = std::int64_t(1) << 40;
+  c.hidden_size = std::int64_t(1) << 20;
+  c.intermediate_size = std::int64_t(1) << 20;
+  c.routing.top_k = 2;
+  try {
+    make_synthetic_layer(c, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("synthetic w13 [E_local, 2I, H]"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -83,6 +83,14 @@ INSTANTIATE_TEST_SUITE_P(
                    {"routed_scaling_factor"}},
         ConfigCase{"num_experts_zero", kBf16, [](MoEConfig& c) { c.num_experts = 0; }, {"num_experts", "given 0"}},
         ConfigCase{"hidden_size_zero", kBf16, [](MoEConfig& c) { c.hidden_size = 0; }, {"hidden_size", "given 0"}},
+        // Issue #19: sizes past 2^40 would overflow 2 I and the scale block counts.
+        ConfigCase{"hidden_size_past_2_40", kBf16, [](MoEConfig& c) { c.hidden_size = (std::int64_t(1) << 40) + 1; },
+                   {"hidden_size", "given 1099511627777"}},
+        ConfigCase{"intermediate_size_huge", kBf16,
+                   [](MoEConfig& c) { c.intermediate_size = std::int64_t(1) << 62; },
+                   {"intermediate_size", "given 4611686018427387904"}},
+        ConfigCase{"num_experts_huge", kBf16, [](MoEConfig& c) { c.num_experts = std::int64_t(1) << 50; },
+                   {"num_experts", "given 1125899906842624"}},
         ConfigCase{"swiglu_limit_zero", kBf16, [](MoEConfig& c) { c.swiglu_limit = 0.0f; }, {"swiglu_limit"}}),
     [](const auto& info) { return info.param.name; });
 

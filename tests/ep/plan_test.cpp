@@ -4,6 +4,12 @@
 
 #include "core/ep_plan.h"
 
+#include <algorithm>
+#include <iterator>
+#include <string>
+
+#include "moekit/error.h"
+
 namespace moekit::core {
 namespace {
 
@@ -31,6 +37,28 @@ TEST(EpPlan, EachTokenGoesOnceToEachOwningRankWithItsShare) {
   EXPECT_EQ(p.token, (V32{0, 1, 0, 2}));
   EXPECT_EQ(p.ids, (V32{0, -1, 1, 1, -1, 3, 2, -1}));
   EXPECT_EQ(p.weights, (std::vector<float>{0.1f, 0.0f, 0.3f, 0.4f, 0.0f, 0.2f, 0.5f, 0.0f}));
+}
+
+// Issue #19: ids out of range indexed the plan's host arrays (out-of-bounds writes on GPU ranks,
+// whose ids arrive unchecked from device memory).
+TEST(EpPlan, IdsOutOfRangeAreAnErrorNamingThem) {
+  for (const std::int32_t bad : {4, 5, -2, 1 << 30, -(1 << 30)}) {
+    for (const EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
+      std::int32_t ids[8];
+      std::copy(std::begin(kIds), std::end(kIds), ids);
+      ids[5] = bad;
+      EpSendPlan p;
+      try {
+        plan_dispatch(ids, kWeights, 4, two_ranks(), combine == EpCombine::exact ? 0 : 4, combine, p);
+        ADD_FAILURE() << "no error for id " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("topk_ids: expected ids in [-1, 4), given " + std::to_string(bad) +
+                                             " at flat index 5"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
 }
 
 TEST(EpPlan, ExactCombineRowsComeBackPerSlot) {

@@ -310,5 +310,64 @@ TEST(IoCheckpoint, UnsupportedConfigFails) {
   }
 }
 
+// Issue #19: sizes each allowed by config.json whose products overflow, or that are
+// representable but far beyond what the files hold, are an Error naming the tensor; before,
+// the importer allocated a wrapped size and wrote past it, or threw std::bad_alloc.
+struct HostileSizes {
+  const char* name;
+  std::int64_t hidden, intermediate, experts;
+  bool sparse_expert;  // experts.0.gate_proj.weight [intermediate, hidden] bf16, in a sparse file
+  std::vector<std::string> needles;
+};
+
+class IoCheckpointHostileSizes : public ::testing::TestWithParam<HostileSizes> {};
+
+// A single-file checkpoint whose only expert tensor has the config's (huge) shape; its data is
+// a hole in a sparse file, so the test writes a few KB whatever the shape says.
+void write_sparse_checkpoint(const TempDir& dir, const HostileSizes& c) {
+  const std::string router = "model.layers.1.mlp.gate.weight", gate = "model.layers.1.mlp.experts.0.gate_proj.weight";
+  const std::uint64_t router_bytes = 4 * 144 * 2, gate_bytes = std::uint64_t(c.intermediate * c.hidden) * 2;
+  std::string header = "{\"" + router + "\":{\"dtype\":\"BF16\",\"shape\":[4,144],\"data_offsets\":[0," +
+                       std::to_string(router_bytes) + "]},\"" + gate + "\":{\"dtype\":\"BF16\",\"shape\":[" +
+                       std::to_string(c.intermediate) + "," + std::to_string(c.hidden) + "],\"data_offsets\":[" +
+                       std::to_string(router_bytes) + "," + std::to_string(router_bytes + gate_bytes) + "]}}";
+  const std::uint64_t length = header.size();
+  {
+    std::ofstream out(dir.file("model.safetensors"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << header;
+  }
+  std::filesystem::resize_file(dir.file("model.safetensors"), 8 + length + router_bytes + gate_bytes);
+}
+
+TEST_P(IoCheckpointHostileSizes, IsAnErrorNamingTheTensor) {
+  const HostileSizes& c = GetParam();
+  TempDir dir;
+  Generator g;
+  g.variant = Variant::qwen_bf16_single;
+  if (c.sparse_expert) write_sparse_checkpoint(dir, c);
+  else g.write(dir);
+  std::ofstream(dir.file("config.json"))
+      << R"({"model_type":"qwen3_moe","num_experts_per_tok":2,"norm_topk_prob":true,"hidden_size":)" << c.hidden
+      << R"(,"moe_intermediate_size":)" << c.intermediate << R"(,"num_experts":)" << c.experts << "}";
+  expect_import_error(dir, kLayer, {}, c.needles);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, IoCheckpointHostileSizes,
+    ::testing::Values(
+        // 2^32 experts x [2 x 2^15, 2^15] bf16: 2^64 bytes, 0 once wrapped.
+        HostileSizes{"product_wraps", 32768, 32768, std::int64_t(1) << 32, true, {"config.json", "w13", "more elements than int64 holds"}},
+        // 16 TB of w13: representable, and no file holds its tensors.
+        HostileSizes{"huge_shapes",
+                     1 << 20,
+                     1 << 20,
+                     4,
+                     false,
+                     {"'model.layers.1.mlp.experts.0.gate_proj.weight'", "expected [1048576, 1048576]"}},
+        // 2^32 experts of the file's own size: the fifth expert is not there.
+        HostileSizes{"many_experts", kH, kI, std::int64_t(1) << 32, false, {"'model.layers.1.mlp.experts.4.gate_proj.weight' not found"}}),
+    [](const ::testing::TestParamInfo<HostileSizes>& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace moekit::io

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -38,7 +39,9 @@ LayerFile make_layer(const MoEConfig& c, std::int64_t tokens, bool external, std
   const std::int64_t e = c.local_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
   f.hidden = random_bytes(DType::bf16, {tokens, h}, rng);
   if (external) {
-    f.topk_ids = random_bytes(DType::i32, {tokens, c.top_k()}, rng);
+    f.topk_ids = Tensor(DType::i32, {tokens, c.top_k()});  // ids in [-1, E): random bytes are not ids
+    for (std::int64_t x = 0; x < f.topk_ids.numel(); ++x)
+      f.topk_ids.ptr<std::int32_t>()[x] = std::int32_t(rng() % std::uint64_t(c.num_experts + 1)) - 1;
     f.topk_weights = random_bytes(DType::f32, {tokens, c.top_k()}, rng);
   } else {
     f.router_logits = random_bytes(DType::bf16, {tokens, c.num_experts}, rng);
@@ -271,6 +274,48 @@ TEST(IoLayerFile, WrongTensorIsNamedWithExpectedAndGiven) {
     p.write(dir.file("l.safetensors"));
     SCOPED_TRACE(c.tensor);
     expect_error_mentions([&] { read_layer_file(dir.file("l.safetensors")); }, c.message);
+  }
+}
+
+// Issue #19: the optional tensors are held to the shapes and dtypes of what they stand for, and
+// topk_ids to ids that exist, so a reader can index and compare with them without checking.
+TEST(IoLayerFile, OptionalTensorsAreCheckedLikeRequiredOnes) {
+  std::mt19937_64 rng(11);
+  TempDir dir;
+  struct Case {
+    const char* tensor;
+    DType dtype;
+    std::vector<std::int64_t> shape;
+    const char* message;
+  };
+  // The valid parts: T = 3, H = 160, k = 2, E = 4.
+  const std::vector<Case> cases{
+      {"expected_out", DType::bf16, {2, 160}, "expected_out: expected [3, 160] bf16, given [2, 160] bf16"},
+      {"expected_out", DType::bf16, {3, 159}, "expected_out: expected [3, 160] bf16"},
+      {"expected_out", DType::bf16, {480}, "expected_out: expected [3, 160] bf16, given [480] bf16"},
+      {"expected_out", DType::f32, {3, 160}, "expected_out: expected [3, 160] bf16, given [3, 160] f32"},
+      {"expected_topk_ids", DType::i32, {3, 3}, "expected_topk_ids: expected [3, 2] i32, given [3, 3] i32"},
+      {"expected_topk_ids", DType::i64, {3, 2}, "expected_topk_ids: expected [3, 2] i32, given [3, 2] i64"},
+      {"expected_topk_weights", DType::f32, {0, 2}, "expected_topk_weights: expected [3, 2] f32, given [0, 2] f32"},
+      {"expected_topk_weights", DType::bf16, {3, 2}, "expected_topk_weights: expected [3, 2] f32"},
+  };
+  for (const Case& c : cases) {
+    Parts p = valid_parts(rng);
+    p.tensors[c.tensor] = random_bytes(c.dtype, c.shape, rng);
+    p.write(dir.file("l.safetensors"));
+    SCOPED_TRACE(std::string(c.tensor) + " " + c.message);
+    expect_error_mentions([&] { read_layer_file(dir.file("l.safetensors")); }, c.message);
+  }
+  for (const std::int32_t id : {4, -2, std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min()}) {
+    Parts p = valid_parts(rng);
+    p.tensors.erase("router_logits");
+    p.tensors["topk_ids"] = Tensor(DType::i32, {3, 2});
+    p.tensors["topk_weights"] = random_bytes(DType::f32, {3, 2}, rng);
+    for (std::int64_t x = 0; x < 6; ++x) p.tensors["topk_ids"].ptr<std::int32_t>()[x] = x == 4 ? id : std::int32_t(x % 4);
+    p.write(dir.file("l.safetensors"));
+    SCOPED_TRACE("topk_ids " + std::to_string(id));
+    expect_error_mentions([&] { read_layer_file(dir.file("l.safetensors")); },
+                          "topk_ids: expected ids in [-1, 4), given " + std::to_string(id) + " at flat index 4");
   }
 }
 

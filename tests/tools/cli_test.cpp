@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -87,6 +88,18 @@ struct BadExpectedOut {
 
 class ToolsCliBadExpectedOut : public ::testing::TestWithParam<BadExpectedOut> {};
 
+// The file as given, past write_layer_file's checks: what a hostile or broken writer makes.
+void write_unchecked(const std::string& path, const io::LayerFile& f) {
+  std::vector<io::NamedTensor> tensors;
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"hidden", &f.hidden}, {"router_logits", &f.router_logits},
+                                {"topk_ids", &f.topk_ids}, {"topk_weights", &f.topk_weights}, {"w13", &f.w13}, {"w2", &f.w2},
+                                {"w13_scale", &f.w13_scale}, {"w2_scale", &f.w2_scale},
+                                {"e_score_correction_bias", &f.e_score_correction_bias}})
+    if (t->defined()) tensors.push_back({name, t->view()});
+  for (const auto& [name, t] : f.extra) tensors.push_back({name, t.view()});
+  io::write_safetensors(path, tensors, io::config_metadata(f.config));
+}
+
 TEST_P(ToolsCliBadExpectedOut, IsAnErrorNamingIt) {
   const BadExpectedOut& c = GetParam();
   TempDir dir;
@@ -95,7 +108,7 @@ TEST_P(ToolsCliBadExpectedOut, IsAnErrorNamingIt) {
   std::memset(bad.view().data, 0, bad.nbytes());  // zeros: a vacuous comparison would pass
   file.extra["expected_out"] = std::move(bad);
   const std::string path = dir.file("bad_expected.safetensors");
-  io::write_layer_file(path, file);
+  write_unchecked(path, file);
   const Result r = moekit("run --inputs " + path + " --check");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_EQ(lines(r.err), 1) << r.err;
@@ -290,8 +303,121 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"bench_name_without_inputs", "bench --preset qwen3-30b-a3b --name x", "--name"},
                       BadCase{"bench_ep_without_mpirun", "bench --ep 2 --preset qwen3-30b-a3b", "--ep 2"},
                       BadCase{"bench_ep_combine_without_ep", "bench --preset qwen3-30b-a3b --ep-combine exact", "--ep-combine"},
-                      BadCase{"run_save_layer_with_ep", "run --preset qwen3-30b-a3b --ep 2 --save-layer x", "--save-layer"}),
+                      BadCase{"run_save_layer_with_ep", "run --preset qwen3-30b-a3b --ep 2 --save-layer x", "--save-layer"},
+                      // Issue #19: lists with empty items lost them silently.
+                      BadCase{"bench_tokens_empty_item", "bench --preset qwen3-30b-a3b --tokens 1,,2",
+                              "--tokens: expected a comma-separated list without empty items, given '1,,2'"},
+                      BadCase{"bench_tokens_trailing_comma", "bench --preset qwen3-30b-a3b --tokens 1,2,", "--tokens"},
+                      BadCase{"bench_tokens_leading_comma", "bench --preset qwen3-30b-a3b --tokens ,8", "--tokens"},
+                      BadCase{"bench_tokens_empty", "bench --preset qwen3-30b-a3b --tokens ''", "--tokens"},
+                      BadCase{"bench_tokens_not_a_number", "bench --preset qwen3-30b-a3b --tokens 1,x", "given 'x' in '1,x'"},
+                      BadCase{"bench_tokens_plus", "bench --preset qwen3-30b-a3b --tokens +4", "--tokens"},
+                      BadCase{"bench_presets_empty_item", "bench --preset qwen3-30b-a3b,,deepseek-v3 --tokens 1", "--preset"},
+                      BadCase{"run_tokens_space", "run --preset qwen3-30b-a3b --tokens ' 4'", "--tokens"},
+                      BadCase{"run_layer_without_checkpoint", "run --preset qwen3-30b-a3b --tokens 1 --layer 3", "--layer"},
+                      // explain takes run's flags and checks (issue #19: it ignored some and explained another problem).
+                      BadCase{"explain_flag_without_problem", "explain --quant bf16", "--quant: explain a problem"},
+                      BadCase{"explain_checkpoint_without_layer", "explain --checkpoint /nonexistent", "--layer"},
+                      BadCase{"explain_inputs_and_quant", "explain --inputs x.safetensors --quant bf16", "--quant"},
+                      BadCase{"explain_unknown_preset", "explain --preset gpt-5", "preset: expected one of"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+// Issue #19: -h and <command> --help were refused.
+TEST(ToolsCli, EveryCommandTakesHelp) {
+  for (const char* command : {"run", "presets", "explain", "bench", "version"})
+    for (const char* flag : {"-h", "--help"}) {
+      const Result r = moekit(std::string(command) + " " + flag);
+      EXPECT_EQ(r.code, 0) << command << " " << flag << ": " << r.err;
+      EXPECT_EQ(r.out.rfind(std::string("usage: moekit ") + command, 0), 0u) << r.out;
+      EXPECT_TRUE(r.err.empty()) << r.err;
+    }
+  for (const char* flag : {"-h", "--help", "help"}) {
+    const Result r = moekit(flag);
+    EXPECT_EQ(r.code, 0) << flag;
+    EXPECT_NE(r.out.find("usage: moekit <command>"), std::string::npos) << r.out;
+  }
+}
+
+// A checkpoint folder whose weights are holes of a sparse file: 8 experts of [4096, 8192] bf16
+// (1.5 GB that is never written), read or not. Layer 1; the router and nothing else dense.
+void write_sparse_checkpoint(const TempDir& dir) {
+  const std::int64_t e = 8, h = 4096, i = 8192;
+  std::ofstream(dir.file("config.json"))
+      << R"({"model_type":"qwen3_moe","hidden_size":4096,"moe_intermediate_size":8192,"num_experts":8,)"
+      << R"("num_experts_per_tok":2,"norm_topk_prob":true,"num_hidden_layers":2})";
+  std::string header = "{";
+  std::uint64_t offset = 0;
+  auto add = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    const std::uint64_t bytes = std::uint64_t(rows * cols) * 2;
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"BF16\",\"shape\":[" +
+              std::to_string(rows) + "," + std::to_string(cols) + "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  };
+  add("model.layers.1.mlp.gate.weight", e, h);
+  for (std::int64_t x = 0; x < e; ++x) {
+    const std::string p = "model.layers.1.mlp.experts." + std::to_string(x) + ".";
+    add(p + "gate_proj.weight", i, h);
+    add(p + "up_proj.weight", i, h);
+    add(p + "down_proj.weight", h, i);
+  }
+  header += "}";
+  const std::uint64_t length = header.size();
+  {
+    std::ofstream out(dir.file("model.safetensors"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << header;
+  }
+  std::filesystem::resize_file(dir.file("model.safetensors"), 8 + length + offset);
+}
+
+// Issue #19: explain ignored --checkpoint, --layer and --quant and explained another problem.
+// It now builds the problem from run's flags and checks, reading configs and headers only.
+TEST(ToolsCli, ExplainExplainsTheProblemRunWouldRun) {
+  const Result quant = moekit("explain --preset qwen3-30b-a3b --quant bf16 --tokens 5");
+  EXPECT_EQ(quant.code, 0) << quant.err;
+  EXPECT_NE(quant.out.find("problem: E=128 k=8 H=2048 I=768 activation=silu_and_mul quant=bf16 "), std::string::npos)
+      << quant.out;
+  EXPECT_NE(quant.out.find("T=5 (preset qwen3-30b-a3b, seed 1)"), std::string::npos) << quant.out;
+
+  const Result file = moekit("explain --inputs " + golden_layer());
+  EXPECT_EQ(file.code, 0) << file.err;
+  EXPECT_NE(file.out.find("problem: E=8 k=2 H=384 I=256 "), std::string::npos) << file.out;
+  EXPECT_NE(file.out.find("T=32 (file "), std::string::npos) << file.out;
+
+  TempDir dir;
+  write_sparse_checkpoint(dir);
+  const std::string checkpoint = "--checkpoint " + dir.path().string() + " --layer 1";
+  const Result imported = moekit("explain " + checkpoint + " --tokens 3");
+  EXPECT_EQ(imported.code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("problem: E=8 k=2 H=4096 I=8192 activation=silu_and_mul quant=bf16 "), std::string::npos)
+      << imported.out;
+  EXPECT_NE(imported.out.find("T=3 (checkpoint "), std::string::npos) << imported.out;
+  EXPECT_EQ(moekit("explain " + checkpoint + " --layer 0").code, 2);  // the flags run refuses, refused
+  const Result dense = moekit("explain --checkpoint " + dir.path().string() + " --layer 0");
+  EXPECT_EQ(dense.code, 1);
+  EXPECT_NE(dense.err.find("layer 0 has no MoE router"), std::string::npos) << dense.err;
+#if !defined(__SANITIZE_ADDRESS__)
+  // Under 1 GB of address space: explain needs none of the 1.5 GB of weights, run needs them all.
+  const Result limited = moekit("explain " + checkpoint, "ulimit -v 1000000;");
+  EXPECT_EQ(limited.code, 0) << limited.err;
+  const Result run = moekit("run " + checkpoint + " --tokens 1", "ulimit -v 1000000;");
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_NE(run.err.find("cannot allocate"), std::string::npos) << run.err;
+#endif
+}
+
+// Issue #19: a non-number was ignored, a huge count aborted in thread creation.
+TEST(ToolsCli, BadNumThreadsIsOneLineNamingIt) {
+  for (const char* value : {"''", "four", "0", "-3", "100000000", "8threads"}) {
+    const Result r = moekit("run --preset qwen3-30b-a3b --tokens 2 --backend cpu", std::string("MOEKIT_NUM_THREADS=") + value);
+    EXPECT_EQ(r.code, 1) << value << "\n" << r.out << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("MOEKIT_NUM_THREADS: expected an integer in [1, 1024]"), std::string::npos) << r.err;
+  }
+  const Result ok = moekit("run --preset qwen3-30b-a3b --tokens 2 --backend cpu", "MOEKIT_NUM_THREADS=2");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
 
 TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {
   TempDir dir;
