@@ -254,6 +254,7 @@ void bench_problem(const Problem& p, const Args& args, const Settings& settings,
     if (q.scheme != QuantScheme::bf16 && q.accumulation != Fp8Accumulation::exact)
       r.quant += "+" + std::string(to_string(q.accumulation));
     if (p.config.batch_invariant) r.quant += "+batch-invariant";
+    if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
     r.roof = roofline(p.config, in.host_ids.view());
     r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);
@@ -278,6 +279,7 @@ int cmd_bench(int argc, char** argv) {
       {"quant", true, "bf16|fp8-tensor|fp8-rowwise|fp8-block (default: each preset's)"},
       accumulation_flag(),
       batch_invariance_flag(),
+      path_flag(),
       {"routing", true, "fused|external (default fused)"},
       {"backend", true, "auto|cpu|... (default auto)"},
       {"graph", true, "auto|on|off: replay CUDA graphs (auto: T <= 512)"},

@@ -11,6 +11,7 @@
 #ifdef MOEKIT_HAVE_CUDA
 #include "cuda/common/device.h"
 #include "cuda/gemm/grouped_gemm.h"
+#include "cuda/layer/min_latency.h"
 #include "cuda/layer/device_weights.h"
 #endif
 
@@ -85,8 +86,25 @@ int cmd_explain(int argc, char** argv) {
               s.source.c_str(), selection.to_string().c_str());
   std::printf("%s", check_rule(config.quant).c_str());
 #ifdef MOEKIT_HAVE_CUDA
-  // The grouped GEMM tiles the cuda backend would pick at T (--tokens, default 64; a file's T).
+  // The experts' path and the grouped GEMM tiles the cuda backend would pick at T (--tokens,
+  // default 64; a file's T).
   const std::int64_t tokens = s.tokens;
+  cuda::min_latency::Problem fused;
+  fused.config = config;
+  fused.tokens = tokens;
+  const cuda::min_latency::Choice path = cuda::min_latency::choose(fused);
+  std::printf("cuda experts at T=%lld: %s\n", static_cast<long long>(tokens), path.reason.c_str());
+  if (path.taken) {
+    const Status can = cuda::min_latency::can_implement(fused);
+    if (!can) std::printf("  refused at the call: %s\n", can.reason().c_str());
+    else
+      std::printf("  kernels: permutation plan (one block; rows of each expert unpadded: 0 padding rows), "
+                  "gemm1_activation (%lld slices of 16 activation columns x one block per <= 32-row entry), "
+                  "gemm2_combine (%lld strips of 16 channels, the k slots summed in order); no gather, "
+                  "activation or finalize kernel\n",
+                  static_cast<long long>(config.intermediate_size / 16), static_cast<long long>(config.hidden_size / 16));
+    return selection.chosen.empty() ? 1 : 0;
+  }
   const double per_group = double(tokens * config.top_k()) / double(config.num_experts);
   const cuda::GemmKind kind = cuda::gemm_kind(config.quant.scheme);
   const std::int64_t pairs = tokens * config.top_k();

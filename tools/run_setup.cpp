@@ -148,6 +148,8 @@ void apply_run_options(MoEConfig& c, const Args& args) {
     c.quant.accumulation =
         as_usage([&] { return parse_fp8_accumulation(args.get("fp8-accumulation", ""), "--fp8-accumulation"); });
   c.batch_invariant = args.has("batch-invariant");
+  if (args.has("path"))
+    c.experts_path = as_usage([&] { return parse_experts_path(args.get("path", ""), "--path"); });
   as_usage([&] {
     validate(c);
     return 0;
@@ -168,6 +170,13 @@ Flag batch_invariance_flag() {
           "size; fp8-tensor refused)"};
 }
 
+Flag path_flag() {
+  return {"path", true,
+          "auto|staged|min-latency: the experts' kernels on CUDA. auto (default): min-latency (plan, GEMM1 + "
+          "activation, GEMM2 + combine; fp8-block) at a few rows per expert, else staged (permute, GEMM1, "
+          "activation, GEMM2, finalize); a forced path that cannot run the layer is refused"};
+}
+
 std::vector<Flag> problem_flags() {
   return {
       {"preset", true, "model preset (moekit presets)"},
@@ -176,6 +185,7 @@ std::vector<Flag> problem_flags() {
       {"scale-format", true, "f32|ue8m0: dynamic FP8 scales as any f32 or powers of two"},
       accumulation_flag(),
       batch_invariance_flag(),
+      path_flag(),
       {"routing", true, "fused|external: the layer routes, or the caller does (default fused)"},
       {"backend", true, "auto|cpu|... (default auto; MOEKIT_BACKEND overrides auto)"},
       {"seed", true, "seed of the random weights and inputs (default 1)"},

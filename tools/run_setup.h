@@ -43,6 +43,7 @@ std::vector<Flag> problem_flags();
 void apply_run_options(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
 Flag batch_invariance_flag();
+Flag path_flag();
 
 // The problem of the flags (--preset, --inputs or --checkpoint, with their options), checked.
 // full: weights generated or read, inputs generated or read; with ep_size > 1 only this

@@ -26,6 +26,13 @@ enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
 // T=4096, at 38-47% more layer time than exact there (docs/PERF.md).
 enum class Fp8Accumulation : std::uint8_t { exact, fast, strict };
 
+// Which kernels a GPU layer runs for its experts. automatic: the min-latency path (fewer, fused
+// kernels: plan, GEMM1 + activation, GEMM2 + combine) where the layer allows it and the batch
+// has at most a few rows per expert, else the staged path (permute, GEMM1, activation, GEMM2,
+// finalize). staged / min_latency force one; a layer the forced path cannot run is refused by
+// name. The CPU backend has the staged path only.
+enum class ExpertsPath : std::uint8_t { automatic, staged, min_latency };
+
 enum class RoutingMethod : std::uint8_t {
   softmax_topk,
   topk_softmax,
@@ -48,12 +55,14 @@ std::string_view to_string(ScaleFormat v);
 std::string_view to_string(Fp8Accumulation v);
 std::string_view to_string(RoutingMethod v);
 std::string_view to_string(WeightPlacement v);
+std::string_view to_string(ExpertsPath v);
 
 // Each parser throws Error naming `argument` and listing the valid spellings.
 Activation parse_activation(std::string_view text, std::string_view argument = "activation");
 QuantScheme parse_quant_scheme(std::string_view text, std::string_view argument = "quant");
 RoutingMethod parse_routing_method(std::string_view text, std::string_view argument = "routing");
 Fp8Accumulation parse_fp8_accumulation(std::string_view text, std::string_view argument = "accumulation");
+ExpertsPath parse_experts_path(std::string_view text, std::string_view argument = "experts_path");
 
 // The number of FP8 elements one scale covers along K in fp8-block, and the weight block.
 inline constexpr std::int64_t kBlock = 128;
@@ -97,6 +106,7 @@ struct MoEConfig {
   // some cost for small batches. fp8-tensor, whose activation scale comes from the whole
   // batch's amax, is refused.
   bool batch_invariant = false;
+  ExpertsPath experts_path = ExpertsPath::automatic;
 
   int top_k() const { return routing.top_k; }
   bool gated() const { return activation != Activation::relu2; }

@@ -61,6 +61,12 @@ constexpr std::array<std::pair<Fp8Accumulation, std::string_view>, 3> kAccumulat
     {Fp8Accumulation::strict, "strict"},
 }};
 
+constexpr std::array<std::pair<ExpertsPath, std::string_view>, 3> kExpertsPaths{{
+    {ExpertsPath::automatic, "auto"},
+    {ExpertsPath::staged, "staged"},
+    {ExpertsPath::min_latency, "min-latency"},
+}};
+
 }  // namespace
 
 std::string_view to_string(Activation v) { return enum_name(kActivations, v); }
@@ -68,6 +74,7 @@ std::string_view to_string(QuantScheme v) { return enum_name(kQuantSchemes, v); 
 std::string_view to_string(RoutingMethod v) { return enum_name(kRoutingMethods, v); }
 std::string_view to_string(ScaleFormat v) { return v == ScaleFormat::f32 ? "f32" : "ue8m0"; }
 std::string_view to_string(Fp8Accumulation v) { return enum_name(kAccumulations, v); }
+std::string_view to_string(ExpertsPath v) { return enum_name(kExpertsPaths, v); }
 std::string_view to_string(WeightPlacement v) {
   return v == WeightPlacement::output ? "output" : "input";
 }
@@ -83,6 +90,9 @@ RoutingMethod parse_routing_method(std::string_view text, std::string_view argum
 }
 Fp8Accumulation parse_fp8_accumulation(std::string_view text, std::string_view argument) {
   return parse_enum(kAccumulations, text, argument);
+}
+ExpertsPath parse_experts_path(std::string_view text, std::string_view argument) {
+  return parse_enum(kExpertsPaths, text, argument);
 }
 
 WeightPlacement RoutingConfig::effective_placement() const {
@@ -118,6 +128,7 @@ std::string MoEConfig::to_string() const {
      << " quant=" << quant.to_string() << " routing=" << routing.to_string();
   if (ep_size > 1) os << " ep=" << ep_rank << "/" << ep_size;
   if (batch_invariant) os << " batch-invariant";
+  if (experts_path != ExpertsPath::automatic) os << " path=" << moekit::to_string(experts_path);
   return os.str();
 }
 

@@ -87,11 +87,13 @@ struct Layer::Impl {
       const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
       core::mark_step(p, "quantize", stream);
       stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
-      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows}, b.experts_ws, stream);
       const bool weights_left = !on_input && !stages.experts->applies_weights();
-      core::mark_step(p, "finalize", stream);
-      stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
-                           b.finalize_ws, stream);
+      const TensorView left = weights_left ? weights : TensorView{};
+      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, out}, b.experts_ws, stream);
+      if (!stages.experts->writes_output(p)) {
+        core::mark_step(p, "finalize", stream);
+        stages.finalize->run(p, {b.expert_out, b.slot_rows, left, out}, b.finalize_ws, stream);
+      }
     }
     core::mark_step(p, "end", stream);
   }

@@ -96,6 +96,7 @@ struct ExpertsArgs {
   TensorView topk_weights;  // [T, k] f32
   TensorView expert_out;    // [max_rows, H] bf16, permuted order
   TensorView slot_rows;     // [T, k] i32: row of expert_out for each slot, -1 = none
+  TensorView out;           // [T, H] bf16, the layer's output: written when writes_output(problem)
 };
 
 class ExpertsStage : public Stage {
@@ -104,6 +105,9 @@ class ExpertsStage : public Stage {
   virtual bool applies_weights() const = 0;
   // Rows of expert_out (and the range of slot_rows): T * k, plus any padding of the format.
   virtual std::int64_t max_rows(const StageProblem& problem) const = 0;
+  // Whether run combines the slots itself into args.out (the layer then skips Finalize, and
+  // expert_out is not written); only where args.out is given.
+  virtual bool writes_output(const StageProblem&) const { return false; }
   virtual void run(const StageProblem& problem, const ExpertsArgs& args, Workspace workspace,
                    Stream stream) const = 0;
 };

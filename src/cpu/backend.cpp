@@ -169,7 +169,11 @@ class CpuBackend final : public core::BackendImpl {
  public:
   std::string_view name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
-  Status can_implement(const MoEConfig&) const override { return Status::ok(); }
+  Status can_implement(const MoEConfig& c) const override {
+    if (c.experts_path == ExpertsPath::min_latency)
+      return Status::no("the CPU backend has the staged path only, given --path min-latency");
+    return Status::ok();
+  }
   core::StageSet make_stages(const MoEConfig&, const Weights& w) const override {
     core::StageSet s;
     s.router = std::make_unique<Router>();

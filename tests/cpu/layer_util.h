@@ -38,6 +38,7 @@ struct LayerCase {
   Ids ids = Ids::routed;
   bool static_scales = false;  // fp8-tensor: static activation scales
   Fp8Accumulation accumulation = QuantConfig{}.accumulation;  // the CUDA GEMMs' (the CPU sums in f32)
+  ExpertsPath path = ExpertsPath::automatic;                  // the CUDA experts' kernels
 };
 
 inline std::string underscored(std::string_view s) {
@@ -59,6 +60,7 @@ inline std::string case_name(const LayerCase& c) {
   if (c.ids == Ids::one_expert) s += "_one_expert";
   if (c.static_scales) s += "_static_scales";
   if (c.accumulation != QuantConfig{}.accumulation) s += "_" + std::string(to_string(c.accumulation));
+  if (c.path != ExpertsPath::automatic) s += "_" + underscored(to_string(c.path));
   return s;
 }
 inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << case_name(c); }
@@ -77,6 +79,7 @@ inline MoEConfig config_of(const LayerCase& c) {
   if (c.method == RoutingMethod::sigmoid_bias_grouped) m.routing.routed_scaling_factor = 2.5f;
   m.ep_size = c.ep_size;
   m.ep_rank = c.ep_rank;
+  m.experts_path = c.path;
   return m;
 }
 

@@ -100,7 +100,9 @@ TEST_P(CudaLayer, MatchesThePipelineReferenceAndRepeatsBitForBit) {
   const TestLayer layer_weights = make_test_layer(c, seed);
   const MoEConfig config = config_of(c);
   const Inputs in = make_inputs(c, layer_weights, seed);
-  Layer layer(config, layer_weights.weights(), on_cuda());
+  LayerOptions options = options_of(c);
+  options.backend = "cuda";
+  Layer layer(config, layer_weights.weights(), options);
   ASSERT_EQ(layer.backend_name(), "cuda");
 
   const Tensor out = gpu_external(layer, in.hidden, in.routing);
@@ -155,6 +157,32 @@ std::vector<LayerCase> cases() {
     with([a](LayerCase& c) { c.accumulation = a, c.scheme = QuantScheme::fp8_rowwise; });
     with([a](LayerCase& c) { c.accumulation = a, c.scheme = QuantScheme::fp8_tensor, c.tokens = 3000; });
   }
+  // The min-latency path (plan, GEMM1 + activation, GEMM2 + combine), forced: decode batch sizes,
+  // every activation, colliding and -1 ids, one expert with every row (entries of 32 rows), 8 to
+  // 512 experts, k up to 8, T·k at the path's bound, a rank's share of experts, ue8m0, exact.
+  auto fused = [&](auto edit) {
+    with([&](LayerCase& c) {
+      c.path = ExpertsPath::min_latency;
+      edit(c);
+    });
+  };
+  for (const std::int64_t t : {1, 2, 3, 8, 16, 64}) fused([t](LayerCase& c) { c.tokens = t; });
+  for (Activation a : {Activation::silu_and_mul, Activation::gelu_and_mul, Activation::swiglu_oai, Activation::relu2})
+    fused([a](LayerCase& c) { c.activation = a, c.tokens = 5; });
+  fused([](LayerCase& c) { c.tokens = 64, c.ids = Ids::one_expert; });
+  fused([](LayerCase& c) { c.tokens = 16, c.ids = Ids::some_none; });
+  fused([](LayerCase& c) { c.experts = 8, c.top_k = 8, c.tokens = 3; });
+  fused([](LayerCase& c) { c.experts = 64, c.top_k = 6, c.tokens = 16; });
+  fused([](LayerCase& c) { c.experts = 256, c.top_k = 8, c.tokens = 16; });
+  fused([](LayerCase& c) { c.experts = 512, c.top_k = 8, c.tokens = 64; });
+  fused([](LayerCase& c) { c.hidden = 1024, c.inter = 384, c.tokens = 4; });
+  fused([](LayerCase& c) { c.ep_size = 2, c.ep_rank = 1, c.tokens = 8; });
+  fused([](LayerCase& c) { c.format = ScaleFormat::ue8m0, c.tokens = 8; });
+  fused([](LayerCase& c) { c.accumulation = Fp8Accumulation::exact, c.tokens = 8; });
+  fused([](LayerCase& c) { c.method = RoutingMethod::top1_sigmoid, c.top_k = 1, c.tokens = 16; });
+  fused([](LayerCase& c) { c.method = RoutingMethod::sigmoid_bias_grouped, c.experts = 64, c.top_k = 8, c.n_group = 8,
+                           c.topk_group = 4, c.tokens = 8; });
+  fused([](LayerCase& c) { c.tokens = 0; });
   return list;
 }
 
@@ -195,6 +223,62 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
     EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
     const References refs = make_references(config, lw, seed, in.hidden, in.routing);
     expect_meets_the_check(design_check(fused, refs, config.quant), c);
+  }
+}
+
+// The min-latency path with fused routing: every method, f32 and bf16 logits, at decode sizes;
+// the ids the CPU router picks, fused equal to external routing bit for bit, the check met.
+TEST(CudaLayerMinLatency, FusedRoutingEveryMethodAndLogitsDtype) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (RoutingMethod m : {RoutingMethod::softmax_topk, RoutingMethod::topk_softmax, RoutingMethod::softmax_topk_renorm,
+                          RoutingMethod::sigmoid_topk, RoutingMethod::sigmoid_topk_renorm, RoutingMethod::sigmoid_bias_grouped,
+                          RoutingMethod::sigmoid_bias_renorm, RoutingMethod::top1_sigmoid})
+    for (const DType logits_dtype : {DType::f32, DType::bf16}) {
+      LayerCase c;
+      c.scheme = QuantScheme::fp8_block;
+      c.path = ExpertsPath::min_latency;
+      c.experts = 64, c.hidden = 256, c.inter = 256, c.tokens = 16, c.top_k = 8;
+      c.method = m;
+      c.logits_dtype = logits_dtype;
+      if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = 8, c.topk_group = 4;
+      if (m == RoutingMethod::top1_sigmoid) c.top_k = 1;
+      const std::uint64_t seed = fresh_seed();
+      SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
+      const TestLayer lw = make_test_layer(c, seed);
+      const MoEConfig config = config_of(c);
+      const Inputs in = make_inputs(c, lw, seed);
+      Layer layer(config, lw.weights(), on_cuda());
+      const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
+      DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
+      DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
+      layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
+      synchronize(Device::cuda);
+      const Tensor got_ids = to_host(ids);
+      EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
+      const Tensor fused = to_host(out);
+      const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
+      EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
+      const References refs = make_references(config, lw, seed, in.hidden, in.routing);
+      expect_meets_the_check(design_check(fused, refs, config.quant), c);
+    }
+}
+
+// A forced path the layer cannot take is refused by name, at the first call.
+TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  LayerCase c;
+  c.scheme = QuantScheme::bf16;
+  c.path = ExpertsPath::min_latency;
+  c.experts = 16, c.hidden = 256, c.inter = 256, c.tokens = 4, c.top_k = 2;
+  const std::uint64_t seed = fresh_seed();
+  const TestLayer lw = make_test_layer(c, seed);
+  const Inputs in = make_inputs(c, lw, seed);
+  Layer layer(config_of(c), lw.weights(), on_cuda());
+  try {
+    gpu_external(layer, in.hidden, in.routing);
+    ADD_FAILURE() << "a bf16 layer must not run on the min-latency path";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("min-latency path"), std::string::npos) << e.what();
   }
 }
 
@@ -290,13 +374,23 @@ TEST(CudaLayerBatchInvariance, ATokenHasTheSameOutputInEveryBatch) {
 }
 
 // The whole layer captured in a CUDA graph: replays give what a direct call gives.
-// For the default (fast: CUTLASS GEMMs) and for exact (moekit's FP8 WGMMA GEMM1).
+// For the default (fast: CUTLASS GEMMs) and for exact (moekit's FP8 WGMMA GEMM1), each on the
+// staged path (automatic at T = 64 here) and on the min-latency one (programmatic launches).
 class CudaLayerGraph : public ::testing::TestWithParam<Fp8Accumulation> {};
+
+void capture_and_replay(Fp8Accumulation accumulation, ExpertsPath path);
 
 TEST_P(CudaLayerGraph, CaptureAndReplayMatchADirectCall) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const ExpertsPath path : {ExpertsPath::automatic, ExpertsPath::min_latency})
+    capture_and_replay(GetParam(), path);
+}
+
+void capture_and_replay(Fp8Accumulation accumulation, ExpertsPath path) {
   LayerCase c = fp8_block_case(256, 64);
-  c.accumulation = GetParam();
+  c.accumulation = accumulation;
+  c.path = path;
+  SCOPED_TRACE(case_name(c));
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer lw = make_test_layer(c, seed);

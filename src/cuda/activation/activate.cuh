@@ -71,43 +71,48 @@ __device__ __forceinline__ void divide_by_one_plus_exp(const float (&n)[8], cons
   }
 }
 
-// Outputs [col, col + 8) of a row. The activation is a template argument: each kernel holds one
-// function's code (a runtime switch kept all four live, and their constants in registers).
+// The activation of 8 (gate, up) pairs already in f32 (bf16 values); relu2 reads gate only. The
+// activation is a template argument: each kernel holds one function's code (a runtime switch
+// kept all four live, and their constants in registers).
 template <Activation kAct>
-__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* at, float (&out)[8]) {
-  float gate[8];
-  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at)), gate);
+__device__ __forceinline__ void activate_values(float (&gate)[8], float (&up)[8], float alpha, float limit,
+                                                float (&out)[8]) {
   if constexpr (kAct == Activation::relu2) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = relu2(gate[i]);
-  } else {
-    float up[8];
-    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at + p.inter)), up);
-    if constexpr (kAct == Activation::gelu_and_mul) {
+  } else if constexpr (kAct == Activation::gelu_and_mul) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(gelu(gate[i]), up[i]);
-    } else if constexpr (kAct == Activation::swiglu_oai) {
-      // gate clamped to <= limit, up to [-limit, limit] (std::clamp: NaN passes through);
-      // out = gate·σ(alpha·gate)·(up + 1).
-      float z[8];
+    for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(gelu(gate[i]), up[i]);
+  } else if constexpr (kAct == Activation::swiglu_oai) {
+    // gate clamped to <= limit, up to [-limit, limit] (std::clamp: NaN passes through);
+    // out = gate·σ(alpha·gate)·(up + 1).
+    float z[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        gate[i] = fminf(gate[i], p.limit);
-        up[i] = up[i] < -p.limit ? -p.limit : (p.limit < up[i] ? p.limit : up[i]);
-        z[i] = __fmul_rn(-p.alpha, gate[i]);
-      }
-      divide_by_one_plus_exp<true>(gate, z, out);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], __fadd_rn(up[i], 1.0f));
-    } else {  // silu(gate)·up
-      float z[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) z[i] = -gate[i];
-      divide_by_one_plus_exp<false>(gate, z, out);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], up[i]);
+    for (int i = 0; i < 8; ++i) {
+      gate[i] = fminf(gate[i], limit);
+      up[i] = up[i] < -limit ? -limit : (limit < up[i] ? limit : up[i]);
+      z[i] = __fmul_rn(-alpha, gate[i]);
     }
+    divide_by_one_plus_exp<true>(gate, z, out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], __fadd_rn(up[i], 1.0f));
+  } else {  // silu(gate)·up
+    float z[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) z[i] = -gate[i];
+    divide_by_one_plus_exp<false>(gate, z, out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(out[i], up[i]);
   }
+}
+
+// Outputs [col, col + 8) of a row of GEMM1's bf16 output (gate at `at`, up I columns later).
+template <Activation kAct>
+__device__ __forceinline__ void activate8(const ActParams& p, const std::uint16_t* at, float (&out)[8]) {
+  float gate[8], up[8] = {};
+  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at)), gate);
+  if constexpr (kAct != Activation::relu2) unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(at + p.inter)), up);
+  activate_values<kAct>(gate, up, p.alpha, p.limit, out);
 }
 
 // Block-wide max of non-negative values; every thread gets it. `shared` holds 32 floats.

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda/common/check.h"
+#include "cuda/gemm/warp_mma.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "moekit/quant.h"
 
@@ -63,27 +64,6 @@ __device__ int nth_group_with_rows(const Params& p, int y) {
   return -1;
 }
 
-__device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// d = a (16x32, row) x b (32x8, col), from zero, f32.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %11, %12, %13};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f), "f"(0.0f), "f"(0.0f),
-        "f"(0.0f));
-}
-
-__device__ __forceinline__ uint4 load_streaming(const std::uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
   const int group = nth_group_with_rows(p, int(blockIdx.y));
   const int n0 = (int(blockIdx.x) * kWarps + int(threadIdx.x / 32)) * kChannelsPerWarp;
@@ -115,21 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
     load(0, cur);
     for (int kb = 0; kb < k_blocks; ++kb) {
       if (kb + 1 < k_blocks) load(kb + 1, next);
-      float block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          // Logical column c of the MMA is K offset (c % 16) / 4 * 16 + 8q + (c >= 16) * 4 + c % 4
-          // of this 64: the same for W (operand A) and the row of A (operand B).
-          const std::uint32_t wa[4] = {word(cur[3 * h], 2 * q), word(cur[3 * h + 1], 2 * q),
-                                       word(cur[3 * h], 2 * q + 1), word(cur[3 * h + 1], 2 * q + 1)};
-          const std::uint32_t xb[2] = {word(cur[3 * h + 2], 2 * q), word(cur[3 * h + 2], 2 * q + 1)};
-          float part[4];
-          mma_e4m3(part, wa, xb);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) block[i] += part[i];
-        }
+      float block[4];
+      mma_block({cur[0], cur[3]}, {cur[1], cur[4]}, {cur[2], cur[5]}, block);
       const float sw = w_scale[std::size_t(kb) * n_blocks];
       const float* sa = a_scale + std::size_t(kb) * padded;
       const float s0 = col < rows ? sa[col] * sw : 0.0f;

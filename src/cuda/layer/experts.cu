@@ -14,6 +14,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/experts.h"
+#include "cuda/layer/min_latency.h"
 #include "cuda/permute/gather.h"
 #include "cuda/permute/plan.h"
 #include "moekit/quant.h"
@@ -54,7 +55,18 @@ class Experts final : public core::ExpertsStage {
 
   std::int64_t max_rows(const core::StageProblem& p) const override { return rows_format().max_rows(p.tokens * p.config.top_k()); }
 
+  // The min-latency path: inside the layer only (the EP pipeline combines on its own).
+  min_latency::Choice path(const core::StageProblem& p) const {
+    if (p.group != nullptr) return {false, "staged path: expert parallelism combines in its own pipeline"};
+    return min_latency::choose(min_latency_problem(p));
+  }
+  bool writes_output(const core::StageProblem& p) const override { return path(p).taken; }
+
   Status can_implement(const core::StageProblem& p) const override {
+    if (config_.experts_path == ExpertsPath::min_latency) {
+      if (p.group != nullptr) return Status::no("min-latency path: not inside the expert-parallel pipeline");
+      return min_latency::can_implement(min_latency_problem(p));
+    }
     const auto [g1, g2] = gemms(p);
     for (const auto& [desc, config] : {g1, g2}) {
       Status s = cuda::can_implement(desc, config);
@@ -68,12 +80,18 @@ class Experts final : public core::ExpertsStage {
   }
 
   std::size_t workspace_size(const core::StageProblem& p) const override {
+    if (path(p).taken) return min_latency::workspace_size(min_latency_problem(p));
     core::Carver c(nullptr);
     carve(c, p);
     return c.used();
   }
 
   void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
+    if (path(p).taken) {
+      require(args.out.defined(), "min-latency path: the layer's output is required");
+      run_min_latency(p, args, ws, stream);
+      return;
+    }
     core::Carver c(ws.data);
     const Buffers b = carve(c, p);
     const QuantScheme scheme = config_.quant.scheme;
@@ -140,6 +158,29 @@ class Experts final : public core::ExpertsStage {
   }
 
  private:
+  min_latency::Problem min_latency_problem(const core::StageProblem& p) const {
+    min_latency::Problem m;
+    m.config = config_;
+    m.tokens = p.tokens;
+    return m;
+  }
+
+  void run_min_latency(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const {
+    const bool on_input = config_.routing.effective_placement() == WeightPlacement::input;
+    min_latency::Args a;
+    a.topk_ids = args.topk_ids.ptr<std::int32_t>();
+    a.topk_weights = on_input || !args.topk_weights.defined() ? nullptr : args.topk_weights.ptr<float>();
+    a.slot_rows = args.slot_rows.ptr<std::int32_t>();
+    a.x = args.in.q.data;
+    a.x_scales = args.in.scales.ptr<float>();
+    a.w13 = weights_.w13.values.view().data;
+    a.w13_scales = weights_.w13.scales.view().ptr<float>();
+    a.w2 = weights_.w2.values.view().data;
+    a.w2_scales = weights_.w2.scales.view().ptr<float>();
+    a.out = args.out.ptr<bf16>();
+    min_latency::run(min_latency_problem(p), a, ws, stream, p);
+  }
+
   ExpertRows rows_format() const {
     ExpertRows r;
     r.format = RowFormat::contiguous;

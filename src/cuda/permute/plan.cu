@@ -136,6 +136,11 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   kp.row_expert = kp.masked ? nullptr : args.row_expert;
   kp.dropped = args.dropped;
   kp.max_rows = p.max_rows();
+  kp.work = args.work;
+  kp.work_rows = args.work_rows;
+  kp.zeroed = args.zeroed;
+  kp.zeroed_count = args.zeroed ? args.zeroed_count : 0;
+  require(!args.work || args.work_rows > 0, "permute plan: work_rows must be positive with a work list");
 
   if (choose_path(p) == PlanPath::one_block) {
     const OneBlockTiling tiles = one_block_tiling(p);
@@ -147,6 +152,7 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
     return;
   }
 
+  require(!args.work && !args.zeroed, "permute plan: the work list and zeroed counters need the one-block path");
   const Tiling tiles = tiling(p);
   core::Carver c(workspace.data);
   kp.subtile_counts = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(p.rows.experts) *

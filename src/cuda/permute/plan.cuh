@@ -37,6 +37,10 @@ struct PlanParams {
   std::int32_t* row_expert;
   std::int32_t* dropped;
   std::int64_t max_rows;
+  std::int32_t* work;  // PlanArgs::work (one_block)
+  int work_rows;
+  std::int32_t* zeroed;  // PlanArgs::zeroed (one_block)
+  std::int64_t zeroed_count;
 };
 
 // The local expert of slot s, or -1 (no id, another rank's expert, or past the end).

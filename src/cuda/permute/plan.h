@@ -37,6 +37,14 @@ struct PlanArgs {
   std::int32_t* row_expert = nullptr;      // optional, contiguous: [max_rows] local expert of each row
                                            //   (padding included), -1 past the rows in use
   std::int32_t* dropped = nullptr;         // masked: [1] slots dropped for lack of capacity
+  // Optional, one_block path only (the min-latency kernels of cuda/layer/min_latency.h):
+  // work[0] = n, then n entries (local expert, first row, rows), experts in order, each expert's
+  // rows cut into entries of at most work_rows; at most E_local + T·k / work_rows entries.
+  std::int32_t* work = nullptr;
+  int work_rows = 0;
+  // Optional, one_block path only: `zeroed_count` ints set to 0 (counters of a later kernel).
+  std::int32_t* zeroed = nullptr;
+  std::int64_t zeroed_count = 0;
 };
 
 // How run builds the plan; choose_path (plan.cu) holds the rule. Both give the same bits.

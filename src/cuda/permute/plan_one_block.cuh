@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p)
 
   // 1. Unused and padding rows hold -1; step 5 overwrites the token rows after the barriers below.
   for (std::int64_t r = threadIdx.x; r < p.max_rows; r += blockDim.x) p.row_token[r] = -1;
+  for (std::int64_t i = threadIdx.x; i < p.zeroed_count; i += blockDim.x) p.zeroed[i] = 0;
 
   // 2. Warp-private counters (warp-uniform branch, no block barrier inside).
   if (warp < p.subtiles) {
@@ -71,6 +72,18 @@ __global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p)
   if (threadIdx.x == 0) {
     offsets[p.experts] = used;
     if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : used;
+  }
+  if (p.work) {  // block-uniform: the work list, entries of at most work_rows rows
+    const int pieces = owns_expert ? (total + p.work_rows - 1) / p.work_rows : 0;
+    int entries = 0;
+    const int first_entry = block_exclusive_scan(pieces, scan_shared, &entries);
+    if (threadIdx.x == 0) p.work[0] = entries;
+    for (int i = 0; i < pieces; ++i) {
+      std::int32_t* w = p.work + 1 + 3 * (first_entry + i);
+      w[0] = expert;
+      w[1] = first_row + i * p.work_rows;
+      w[2] = min(p.work_rows, total - i * p.work_rows);
+    }
   }
   if (p.masked) {  // block-uniform
     int dropped = 0;

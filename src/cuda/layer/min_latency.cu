@@ -1,0 +1,193 @@
+#include "cuda/layer/min_latency.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/launch.h"
+#include "cuda/layer/min_latency.cuh"
+#include "cuda/permute/plan.h"
+
+namespace moekit::cuda::min_latency {
+namespace {
+
+constexpr std::size_t kDefaultShared = 48 * 1024;
+
+std::int64_t slots(const Problem& p) { return p.tokens * p.config.top_k(); }
+
+// Work entries the plan can write: one per expert hit, plus one per further 32 rows.
+std::int64_t max_entries(const Problem& p) {
+  return std::min(p.config.local_experts(), slots(p)) + slots(p) / kEntryRows;
+}
+
+permute::PlanProblem plan_problem(const Problem& p) {
+  ExpertRows rows;
+  rows.format = RowFormat::contiguous;
+  rows.experts = p.config.local_experts();
+  rows.alignment = 1;
+  return {rows, p.tokens, p.config.top_k(), p.config.first_local_expert()};
+}
+
+struct Buffers {
+  std::int32_t *counts, *offsets, *row_token, *work, *done;
+  float *act, *act_amax, *s2;
+  std::uint8_t* q2;
+  core::Workspace plan_ws;
+};
+
+Buffers carve(core::Carver& c, const Problem& p) {
+  const std::int64_t rows = slots(p), e = p.config.local_experts(), inter = p.config.intermediate_size;
+  auto ints = [&](std::int64_t n) { return reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(n))); };
+  auto floats = [&](std::int64_t n) { return reinterpret_cast<float*>(c.take(sizeof(float) * std::size_t(n))); };
+  Buffers b;
+  b.counts = ints(e);
+  b.offsets = ints(e + 1);
+  b.row_token = ints(rows);
+  b.work = ints(1 + 3 * max_entries(p));
+  b.done = ints(max_entries(p) * (inter / 128));
+  b.act = floats(rows * inter);
+  b.act_amax = floats(rows * (inter / kChannels));
+  b.s2 = floats(rows * (inter / 128));
+  b.q2 = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(rows * inter)));
+  const std::size_t n = permute::workspace_size(plan_problem(p));
+  b.plan_ws = core::Workspace{c.take(n), n};
+  return b;
+}
+
+std::size_t gemm2_shared(const Problem& p) {
+  return sizeof(int) * 3 * std::size_t((max_entries(p) + 3) / 4 * 4) + sizeof(float) * kChannels * std::size_t(slots(p));
+}
+
+// A launch that may begin while the previous kernel on the stream finishes (the kernel waits
+// for it with griddepcontrol.wait before reading what it wrote).
+template <typename... Params, typename... Values>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                      Values... values) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, values...));
+}
+
+template <Activation kAct>
+void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
+  const dim3 grid(unsigned(p.config.intermediate_size / kChannels), unsigned(max_entries(p)));
+  launch_dependent(gemm1_activation<kAct>, grid, dim3(kGemm1Warps * 32), 0, stream, kp);
+}
+
+}  // namespace
+
+Status can_implement(const Problem& p) {
+  const MoEConfig& c = p.config;
+  auto no = [](const std::string& why) { return Status::no("min-latency path: " + why); };
+  if (c.quant.scheme != QuantScheme::fp8_block)
+    return no("takes fp8-block layers, given " + std::string(to_string(c.quant.scheme)));
+  if (c.quant.accumulation == Fp8Accumulation::strict)
+    return no("sums 32 products per MMA in the FP8 tensor core; strict accumulation needs f32 sums");
+  if (c.batch_invariant) return no("batch-invariant layers keep the large-batch kernels at every T");
+  if (c.hidden_size % 128 != 0 || c.intermediate_size % 128 != 0)
+    return no("needs H and I multiples of 128, given H=" + std::to_string(c.hidden_size) +
+              " I=" + std::to_string(c.intermediate_size));
+  if (slots(p) > kMaxSlots)
+    return no("takes T·k <= " + std::to_string(kMaxSlots) + ", given " + std::to_string(slots(p)));
+  const permute::PlanProblem plan = plan_problem(p);
+  if (Status s = permute::can_implement(plan); !s) return s;
+  if (permute::choose_path(plan) != permute::PlanPath::one_block)
+    return no("needs the one-block permutation plan (E_local <= 1024), given E_local=" +
+              std::to_string(c.local_experts()));
+  if (gemm2_shared(p) > 227 * 1024) return no("the combine's shared memory does not fit");
+  return Status::ok();
+}
+
+Choice choose(const Problem& p) {
+  const ExpertsPath path = p.config.experts_path;
+  if (path == ExpertsPath::staged) return {false, "staged path (--path staged)"};
+  if (path == ExpertsPath::min_latency) return {true, "min-latency path (--path min-latency)"};
+  const Status s = can_implement(p);
+  if (!s) return {false, "staged path: " + s.reason()};
+  const double per_expert = double(slots(p)) / double(p.config.local_experts());
+  if (per_expert > p.auto_rows_per_expert)
+    return {false, "staged path: " + std::to_string(per_expert) + " rows per expert > " +
+                       std::to_string(p.auto_rows_per_expert) + " (the min-latency path's bound)"};
+  return {true, "min-latency path: T·k / E_local = " + std::to_string(per_expert) + " rows per expert <= " +
+                    std::to_string(p.auto_rows_per_expert)};
+}
+
+std::size_t workspace_size(const Problem& p) {
+  core::Carver c(nullptr);
+  carve(c, p);
+  return c.used();
+}
+
+void run(const Problem& p, const Args& args, core::Workspace workspace, Stream stream,
+         const core::StageProblem& steps) {
+  const Status status = can_implement(p);
+  require(status.is_ok(), status.reason());
+  require(workspace.size >= workspace_size(p), "min-latency path: workspace too small");
+  if (p.tokens == 0) return;
+  const MoEConfig& c = p.config;
+  const cudaStream_t s = as_cuda(stream);
+  core::Carver carver(workspace.data);
+  const Buffers b = carve(carver, p);
+
+  permute::PlanArgs plan;
+  plan.topk_ids = args.topk_ids;
+  plan.counts = b.counts;
+  plan.offsets = b.offsets;
+  plan.slot_rows = args.slot_rows;
+  plan.row_token = b.row_token;
+  plan.work = b.work;
+  plan.work_rows = kEntryRows;
+  plan.zeroed = b.done;
+  plan.zeroed_count = max_entries(p) * (c.intermediate_size / 128);
+  core::mark_step(steps, "permute", stream);
+  permute::run(plan_problem(p), plan, b.plan_ws, stream);
+
+  Params kp{};
+  kp.work = b.work;
+  kp.row_token = b.row_token;
+  kp.slot_rows = args.slot_rows;
+  kp.topk_weights = args.topk_weights;
+  kp.x = static_cast<const std::uint8_t*>(args.x);
+  kp.x_scales = args.x_scales;
+  kp.w13 = static_cast<const std::uint8_t*>(args.w13);
+  kp.w13_scales = args.w13_scales;
+  kp.act = b.act;
+  kp.act_amax = b.act_amax;
+  kp.done = b.done;
+  kp.q2 = b.q2;
+  kp.s2 = b.s2;
+  kp.w2 = static_cast<const std::uint8_t*>(args.w2);
+  kp.w2_scales = args.w2_scales;
+  kp.out = reinterpret_cast<std::uint16_t*>(args.out);
+  kp.tokens = int(p.tokens);
+  kp.top_k = c.top_k();
+  kp.hidden = int(c.hidden_size);
+  kp.inter = int(c.intermediate_size);
+  kp.alpha = c.swiglu_alpha;
+  kp.limit = c.swiglu_limit;
+  kp.ue8m0 = c.quant.scale_format == ScaleFormat::ue8m0;
+
+  core::mark_step(steps, "gemm1", stream);
+  switch (c.activation) {
+    case Activation::silu_and_mul: launch_gemm1<Activation::silu_and_mul>(p, kp, s); break;
+    case Activation::gelu_and_mul: launch_gemm1<Activation::gelu_and_mul>(p, kp, s); break;
+    case Activation::swiglu_oai: launch_gemm1<Activation::swiglu_oai>(p, kp, s); break;
+    case Activation::relu2: launch_gemm1<Activation::relu2>(p, kp, s); break;
+  }
+  core::mark_step(steps, "gemm2", stream);
+  const std::size_t shared = gemm2_shared(p);
+  if (shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm2_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  launch_dependent(gemm2_combine, dim3(unsigned(c.hidden_size / kChannels)), dim3(kGemm2Warps * 32), shared, s, kp,
+                   int(max_entries(p)));
+}
+
+}  // namespace moekit::cuda::min_latency

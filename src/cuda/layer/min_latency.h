@@ -1,0 +1,57 @@
+// The min-latency path of the GPU Experts stage (DESIGN §6; issue: decode): for a few rows per
+// expert, three kernels instead of seven, and the layer's output written by the last of them.
+//   1. the one-block permutation plan (alignment 1) with a work list of <= 32-row entries
+//   2. GEMM1 + activation + requantization (A rows read by token: no gather pass)
+//   3. GEMM2 + the weighted combine in slot order (no expert_out, no finalize kernel)
+// Kernels 2 and 3 are programmatic dependent launches; everything stays on the device
+// (CUDA-graph capturable). fp8-block weights; sums of 32 products per MMA, f32 across them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/stages.h"
+#include "moekit/config.h"
+
+namespace moekit::cuda::min_latency {
+
+// T·k bound of the path (the combine keeps a channel strip of every row in shared memory).
+inline constexpr std::int64_t kMaxSlots = 512;
+// The automatic rule: at most this many rows per local expert on average (T·k / E_local).
+inline constexpr double kAutoRowsPerExpert = 4.0;
+
+struct Problem {
+  MoEConfig config;
+  std::int64_t tokens = 0;
+  // Rows per expert at or under which `automatic` takes the path (tests move it).
+  double auto_rows_per_expert = kAutoRowsPerExpert;
+};
+
+Status can_implement(const Problem& problem);
+// Whether the layer takes this path: forced by config.experts_path, else automatic by rows per
+// expert where can_implement allows it. The reason is for `moekit explain`.
+struct Choice {
+  bool taken = false;
+  std::string reason;
+};
+Choice choose(const Problem& problem);
+std::size_t workspace_size(const Problem& problem);
+
+struct Args {
+  const std::int32_t* topk_ids = nullptr;  // [T, k]
+  const float* topk_weights = nullptr;     // [T, k]; null when the weights went on the input
+  std::int32_t* slot_rows = nullptr;       // [T, k] written (the plan's)
+  const void* x = nullptr;                 // [T, H] e4m3, the prepared input
+  const float* x_scales = nullptr;         // [T, H / 128]
+  const void* w13 = nullptr;               // [E_local, W, H] e4m3
+  const float* w13_scales = nullptr;       // [E_local, H / 128, W / 128]
+  const void* w2 = nullptr;                // [E_local, H, I] e4m3
+  const float* w2_scales = nullptr;        // [E_local, I / 128, H / 128]
+  bf16* out = nullptr;                     // [T, H]
+};
+
+// steps: the layer's problem, whose observer (if any) hears "permute", "gemm1" and "gemm2".
+void run(const Problem& problem, const Args& args, core::Workspace workspace, Stream stream,
+         const core::StageProblem& steps);
+
+}  // namespace moekit::cuda::min_latency

@@ -1,0 +1,88 @@
+// The min-latency path's rule (min_latency::choose, can_implement): which problems take it and
+// why not. Host code only: it runs without a GPU, so CI checks the rule the device measured.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/layer/min_latency.h"
+
+namespace moekit::test {
+namespace {
+
+MoEConfig fp8_block(std::int64_t experts, int top_k, std::int64_t hidden, std::int64_t inter) {
+  MoEConfig c;
+  c.num_experts = experts;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.quant.scheme = QuantScheme::fp8_block;
+  c.routing.top_k = top_k;
+  return c;
+}
+
+const MoEConfig kQwen3 = fp8_block(128, 8, 2048, 768);
+const MoEConfig kDeepseek = fp8_block(256, 8, 7168, 2048);
+
+cuda::min_latency::Choice choice(const MoEConfig& c, std::int64_t tokens) {
+  cuda::min_latency::Problem p;
+  p.config = c;
+  p.tokens = tokens;
+  return cuda::min_latency::choose(p);
+}
+
+TEST(MinLatencyChoice, DecodeBatchesTakeIt) {
+  for (const std::int64_t t : {1, 2, 8, 64}) {
+    EXPECT_TRUE(choice(kQwen3, t).taken) << "qwen3 T=" << t << ": " << choice(kQwen3, t).reason;
+    EXPECT_TRUE(choice(kDeepseek, t).taken) << "deepseek T=" << t << ": " << choice(kDeepseek, t).reason;
+  }
+}
+
+TEST(MinLatencyChoice, LargerBatchesStayStaged) {
+  for (const std::int64_t t : {65, 512, 4096}) {
+    const auto c = choice(kQwen3, t);
+    EXPECT_FALSE(c.taken) << "qwen3 T=" << t;
+    EXPECT_NE(c.reason.find("staged path"), std::string::npos) << c.reason;
+  }
+  EXPECT_FALSE(choice(kDeepseek, 4096).taken);
+}
+
+TEST(MinLatencyChoice, LayersItCannotRunStayStagedAndSayWhy) {
+  struct Case {
+    const char* name;
+    MoEConfig config;
+    const char* why;
+  };
+  MoEConfig bf16 = kQwen3;
+  bf16.quant.scheme = QuantScheme::bf16;
+  MoEConfig invariant = kQwen3;
+  invariant.batch_invariant = true;
+  MoEConfig strict = kQwen3;
+  strict.quant.accumulation = Fp8Accumulation::strict;
+  const MoEConfig odd_inter = fp8_block(32, 4, 2880, 2880);
+  const MoEConfig many = fp8_block(2048, 8, 2048, 768);
+  for (const Case& c : {Case{"bf16", bf16, "fp8-block"}, Case{"batch_invariant", invariant, "batch-invariant"},
+                        Case{"strict", strict, "strict"}, Case{"H, I % 128", odd_inter, "multiples of 128"},
+                        Case{"E_local 2048", many, "one-block"}}) {
+    const auto got = choice(c.config, 1);
+    EXPECT_FALSE(got.taken) << c.name;
+    EXPECT_NE(got.reason.find(c.why), std::string::npos) << c.name << ": " << got.reason;
+  }
+}
+
+TEST(MinLatencyChoice, AForcedPathIsTakenOrRefused) {
+  MoEConfig staged = kQwen3;
+  staged.experts_path = ExpertsPath::staged;
+  EXPECT_FALSE(choice(staged, 1).taken);
+  MoEConfig forced = kQwen3;
+  forced.experts_path = ExpertsPath::min_latency;
+  EXPECT_TRUE(choice(forced, 64).taken);
+  cuda::min_latency::Problem p;
+  p.config = forced;
+  p.tokens = 65;  // T·k = 520 > 512
+  EXPECT_TRUE(choice(forced, 65).taken);
+  const Status s = cuda::min_latency::can_implement(p);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.reason().find("T·k <= 512"), std::string::npos) << s.reason();
+}
+
+}  // namespace
+}  // namespace moekit::test
