@@ -85,14 +85,17 @@ struct Layer::Impl {
       ep->run(p, hidden, ids, weights, out, stream);
     } else {
       const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
-      core::mark_step(p, "quantize", stream);
-      stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
-      const bool weights_left = !on_input && !stages.experts->applies_weights();
-      const TensorView left = weights_left ? weights : TensorView{};
-      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, out}, b.experts_ws, stream);
-      if (!stages.experts->writes_output(p)) {
+      const bool whole = stages.experts->whole_layer(p);
+      if (!whole) {
+        core::mark_step(p, "quantize", stream);
+        stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
+      }
+      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, hidden, out}, b.experts_ws, stream);
+      if (!whole) {
+        const bool weights_left = !on_input && !stages.experts->applies_weights();
         core::mark_step(p, "finalize", stream);
-        stages.finalize->run(p, {b.expert_out, b.slot_rows, left, out}, b.finalize_ws, stream);
+        stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
+                             b.finalize_ws, stream);
       }
     }
     core::mark_step(p, "end", stream);

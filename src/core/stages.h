@@ -96,7 +96,8 @@ struct ExpertsArgs {
   TensorView topk_weights;  // [T, k] f32
   TensorView expert_out;    // [max_rows, H] bf16, permuted order
   TensorView slot_rows;     // [T, k] i32: row of expert_out for each slot, -1 = none
-  TensorView out;           // [T, H] bf16, the layer's output: written when writes_output(problem)
+  TensorView hidden;        // [T, H] bf16, the layer's input: read when whole_layer(problem)
+  TensorView out;           // [T, H] bf16, the layer's output: written when whole_layer(problem)
 };
 
 class ExpertsStage : public Stage {
@@ -105,9 +106,9 @@ class ExpertsStage : public Stage {
   virtual bool applies_weights() const = 0;
   // Rows of expert_out (and the range of slot_rows): T * k, plus any padding of the format.
   virtual std::int64_t max_rows(const StageProblem& problem) const = 0;
-  // Whether run combines the slots itself into args.out (the layer then skips Finalize, and
-  // expert_out is not written); only where args.out is given.
-  virtual bool writes_output(const StageProblem&) const { return false; }
+  // Whether run does Prepare's and Finalize's work itself, from args.hidden to args.out (the
+  // layer then runs neither, and `in` and expert_out are not used); only where both are given.
+  virtual bool whole_layer(const StageProblem&) const { return false; }
   virtual void run(const StageProblem& problem, const ExpertsArgs& args, Workspace workspace,
                    Stream stream) const = 0;
 };

@@ -60,7 +60,7 @@ class Experts final : public core::ExpertsStage {
     if (p.group != nullptr) return {false, "staged path: expert parallelism combines in its own pipeline"};
     return min_latency::choose(min_latency_problem(p));
   }
-  bool writes_output(const core::StageProblem& p) const override { return path(p).taken; }
+  bool whole_layer(const core::StageProblem& p) const override { return path(p).taken; }
 
   Status can_implement(const core::StageProblem& p) const override {
     if (config_.experts_path == ExpertsPath::min_latency) {
@@ -88,7 +88,7 @@ class Experts final : public core::ExpertsStage {
 
   void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
     if (path(p).taken) {
-      require(args.out.defined(), "min-latency path: the layer's output is required");
+      require(args.hidden.defined() && args.out.defined(), "min-latency path: the layer's input and output are required");
       run_min_latency(p, args, ws, stream);
       return;
     }
@@ -166,13 +166,11 @@ class Experts final : public core::ExpertsStage {
   }
 
   void run_min_latency(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const {
-    const bool on_input = config_.routing.effective_placement() == WeightPlacement::input;
     min_latency::Args a;
     a.topk_ids = args.topk_ids.ptr<std::int32_t>();
-    a.topk_weights = on_input || !args.topk_weights.defined() ? nullptr : args.topk_weights.ptr<float>();
+    a.topk_weights = args.topk_weights.defined() ? args.topk_weights.ptr<float>() : nullptr;
     a.slot_rows = args.slot_rows.ptr<std::int32_t>();
-    a.x = args.in.q.data;
-    a.x_scales = args.in.scales.ptr<float>();
+    a.hidden = args.hidden.ptr<bf16>();
     a.w13 = weights_.w13.values.view().data;
     a.w13_scales = weights_.w13.scales.view().ptr<float>();
     a.w2 = weights_.w2.values.view().data;

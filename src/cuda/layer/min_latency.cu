@@ -6,7 +6,8 @@
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/layer/min_latency.cuh"
-#include "cuda/permute/plan.h"
+#include "cuda/permute/plan.cuh"
+#include "moekit/quant.h"
 
 namespace moekit::cuda::min_latency {
 namespace {
@@ -30,9 +31,8 @@ permute::PlanProblem plan_problem(const Problem& p) {
 
 struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *work, *done;
-  float *act, *act_amax, *s2;
-  std::uint8_t* q2;
-  core::Workspace plan_ws;
+  float *x_scales, *act, *act_amax, *s2;
+  std::uint8_t *x, *q2;
 };
 
 Buffers carve(core::Carver& c, const Problem& p) {
@@ -45,12 +45,12 @@ Buffers carve(core::Carver& c, const Problem& p) {
   b.row_token = ints(rows);
   b.work = ints(1 + 3 * max_entries(p));
   b.done = ints(max_entries(p) * (inter / 128));
+  b.x_scales = floats(p.tokens * (p.config.hidden_size / 128));
+  b.x = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(p.tokens * p.config.hidden_size)));
   b.act = floats(rows * inter);
   b.act_amax = floats(rows * (inter / kChannels));
   b.s2 = floats(rows * (inter / 128));
   b.q2 = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(rows * inter)));
-  const std::size_t n = permute::workspace_size(plan_problem(p));
-  b.plan_ws = core::Workspace{c.take(n), n};
   return b;
 }
 
@@ -147,16 +147,27 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   plan.work_rows = kEntryRows;
   plan.zeroed = b.done;
   plan.zeroed_count = max_entries(p) * (c.intermediate_size / 128);
+  const permute::OneBlockLaunch l = permute::one_block_launch(plan_problem(p), plan);
+  const bool on_input = c.routing.effective_placement() == WeightPlacement::input;
+  PrepareParams q{reinterpret_cast<const std::uint16_t*>(args.hidden), on_input ? args.topk_weights : nullptr, b.x,
+                  b.x_scales, p.tokens, int(c.hidden_size), c.quant.scale_format == ScaleFormat::ue8m0};
+  // Block 0 plans; the rest quantize, a warp per two 128-column groups of a row.
+  const std::int64_t warps = p.tokens * ((c.hidden_size / 128 + 1) / 2);
+  const std::int64_t quantizers = std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(permute::kOneBlockThreads / 32)), 1,
+                                                           multiprocessor_count() - 1);
   core::mark_step(steps, "permute", stream);
-  permute::run(plan_problem(p), plan, b.plan_ws, stream);
+  if (l.shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(prepare_and_plan, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared)));
+  launch_dependent(prepare_and_plan, dim3(unsigned(1 + quantizers)), dim3(permute::kOneBlockThreads), l.shared, s, q,
+                   l.params);
 
   Params kp{};
   kp.work = b.work;
   kp.row_token = b.row_token;
   kp.slot_rows = args.slot_rows;
-  kp.topk_weights = args.topk_weights;
-  kp.x = static_cast<const std::uint8_t*>(args.x);
-  kp.x_scales = args.x_scales;
+  kp.topk_weights = on_input ? nullptr : args.topk_weights;
+  kp.x = b.x;
+  kp.x_scales = b.x_scales;
   kp.w13 = static_cast<const std::uint8_t*>(args.w13);
   kp.w13_scales = args.w13_scales;
   kp.act = b.act;

@@ -18,8 +18,10 @@
 #include <cstdint>
 
 #include "cuda/activation/activate.cuh"
+#include "cuda/quant/quantize.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/gemm/warp_mma.cuh"
+#include "cuda/permute/plan_one_block.cuh"
 #include "moekit/config.h"
 
 namespace moekit::cuda::min_latency {
@@ -67,11 +69,63 @@ __device__ __forceinline__ Entry entry(const Params& p, int j) {
   return {w[0], w[1], w[2]};
 }
 
+// ---- the input's quantization and the plan, one launch --------------------------------------
+
+struct PrepareParams {
+  const std::uint16_t* hidden;  // [T, H] bf16
+  const float* weights;         // [T] with the weight on the input (k = 1), else null
+  std::uint8_t* x;              // [T, H] e4m3
+  float* x_scales;              // [T, H / 128]
+  std::int64_t tokens;
+  int hidden_size;
+  bool ue8m0;
+};
+
+// Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
+// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic): every step in one
+// launch, a programmatic dependent of the routing kernel (or of the caller's last one).
+__global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(PrepareParams q, permute::PlanParams plan) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  grid_dependency_wait();
+  launch_dependents();
+  if (blockIdx.x == 0) {
+    permute::plan_in_block(plan, shared_ints, scan_shared);
+    return;
+  }
+  const int groups = q.hidden_size / 128, pairs = (groups + 1) / 2;
+  const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
+  const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
+  for (std::int64_t item = std::int64_t(blockIdx.x - 1) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
+       item += warps) {
+    const std::int64_t t = item / pairs;
+    const int g = int(item % pairs) * 2 + half;
+    const bool active = g < groups;  // the last pair's second half may have no group
+    const int col = g * 128 + sub * 8;
+    float x[8];
+    unpack_bf16x8(active ? __ldg(reinterpret_cast<const uint4*>(q.hidden + t * q.hidden_size + col)) : make_uint4(0, 0, 0, 0), x);
+    const float w = q.weights ? __ldg(q.weights + t) : 1.0f;
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (q.weights) x[i] = quant::prepared<true>(x[i], w);
+      m = amax_step(m, x[i]);
+    }
+    const float scale = fp8_scale(group_max<16>(m), q.ue8m0);
+    if (active) {
+      *reinterpret_cast<uint2*>(q.x + t * q.hidden_size + col) = quantize8(x, ScaleDivision(scale, true));
+      if (sub == 0) q.x_scales[t * groups + g] = scale;
+    }
+  }
+}
+
 // ---- GEMM1 + activation + requantization -------------------------------------------------
 
-// One K block of the gate and up strips and of the first 8 rows.
+// One K block of the gate and up strips and of the first 8 rows, with its scales: loaded a
+// stage ahead so that no load waits inside the K loop (the first 8 rows are decode's common case).
 struct Gemm1Stage {
   uint4 gate_lo[2], gate_hi[2], up_lo[2], up_hi[2], x[2];
+  float w_gate, w_up, x0, x1;  // block scales: the strips', rows 2t and 2t + 1
 };
 
 template <Activation kAct>
@@ -118,6 +172,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
       }
       s.x[h] = g < en.rows ? __ldg(reinterpret_cast<const uint4*>(x_row(0, kb) + h * 64)) : make_uint4(0, 0, 0, 0);
     }
+    s.w_gate = __ldg(sw_gate + std::size_t(kb) * w_blocks);
+    s.w_up = kGated ? __ldg(sw_up + std::size_t(kb) * w_blocks) : 0.0f;
+    s.x0 = 2 * t < en.rows ? __ldg(p.x_scales + std::size_t(token[2 * t]) * k_blocks + kb) : 0.0f;
+    s.x1 = 2 * t + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[2 * t + 1]) * k_blocks + kb) : 0.0f;
   };
 
   float acc[kStrips][kPasses][4];
@@ -129,8 +187,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
       for (int i = 0; i < 4; ++i) acc[s][q][i] = 0.0f;
 
   auto compute = [&](int kb, const Gemm1Stage& s) {
-    const float w_gate = sw_gate[std::size_t(kb) * w_blocks];
-    const float w_up = kGated ? sw_up[std::size_t(kb) * w_blocks] : 0.0f;
+    const float w_gate = s.w_gate, w_up = s.w_up;
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
@@ -142,8 +199,11 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
           x[h] = has ? __ldg(reinterpret_cast<const uint4*>(x_row(q, kb) + h * 64)) : make_uint4(0, 0, 0, 0);
       }
       const int col = q * kPassRows + 2 * t;  // the two rows this thread's sums belong to
-      const float sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
-      const float sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
+      float sa0 = s.x0, sa1 = s.x1;
+      if (q > 0) {
+        sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
+        sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
+      }
       float sums[4];
       mma_block(s.gate_lo, s.gate_hi, x, sums);
       acc[0][q][0] += sa0 * w_gate * sums[0];
@@ -235,8 +295,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
 
 // ---- GEMM2 + combine ----------------------------------------------------------------------
 
+// One K block of a strip and of an entry's first 8 rows, with its scales (as Gemm1Stage).
 struct Gemm2Stage {
   uint4 w_lo[2], w_hi[2], x[2];
+  float w, x0, x1;
 };
 
 // Dynamic shared memory: the work list [3 max_entries] ints, then [rows][16] f32: the
@@ -278,6 +340,9 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
       s.w_hi[h] = load_streaming(w + std::size_t(8) * p.inter + h * 64);
       s.x[h] = g < e.rows ? __ldg(reinterpret_cast<const uint4*>(x + h * 64)) : make_uint4(0, 0, 0, 0);
     }
+    s.w = __ldg(p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128);
+    s.x0 = 2 * t < e.rows ? __ldg(p.s2 + std::size_t(e.row0 + 2 * t) * k_blocks + kb) : 0.0f;
+    s.x1 = 2 * t + 1 < e.rows ? __ldg(p.s2 + std::size_t(e.row0 + 2 * t + 1) * k_blocks + kb) : 0.0f;
   };
   float acc[kPasses][4];
   auto compute = [&](int item, const Gemm2Stage& s) {
@@ -290,7 +355,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
         for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
     }
     const int passes = (en.rows + kPassRows - 1) / kPassRows;
-    const float sw = __ldg(p.w2_scales + (std::size_t(en.expert) * k_blocks + kb) * n_blocks + n0 / 128);
+    const float sw = s.w;
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
@@ -302,8 +367,11 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
         for (int h = 0; h < 2; ++h) x[h] = has ? __ldg(reinterpret_cast<const uint4*>(xr + h * 64)) : make_uint4(0, 0, 0, 0);
       }
       const int col = q * kPassRows + 2 * t;
-      const float sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
-      const float sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
+      float sa0 = s.x0, sa1 = s.x1;
+      if (q > 0) {
+        sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
+        sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
+      }
       float sums[4];
       mma_block(s.w_lo, s.w_hi, x, sums);
       acc[q][0] += sa0 * sw * sums[0];

@@ -1,10 +1,13 @@
 // The min-latency path of the GPU Experts stage (DESIGN §6; issue: decode): for a few rows per
-// expert, three kernels instead of seven, and the layer's output written by the last of them.
-//   1. the one-block permutation plan (alignment 1) with a work list of <= 32-row entries
+// expert, the whole layer after routing in three kernels instead of seven (the stage does
+// Prepare's and Finalize's work too: ExpertsStage::whole_layer).
+//   1. the input's fp8-block quantization and the one-block permutation plan (alignment 1) with
+//      a work list of <= 32-row entries, in one launch
 //   2. GEMM1 + activation + requantization (A rows read by token: no gather pass)
 //   3. GEMM2 + the weighted combine in slot order (no expert_out, no finalize kernel)
-// Kernels 2 and 3 are programmatic dependent launches; everything stays on the device
-// (CUDA-graph capturable). fp8-block weights; sums of 32 products per MMA, f32 across them.
+// Each is a programmatic dependent launch of the one before (the first, of routing); everything
+// stays on the device (CUDA-graph capturable). fp8-block weights; sums of 32 products per MMA,
+// f32 across them.
 #pragma once
 
 #include <cstddef>
@@ -39,10 +42,9 @@ std::size_t workspace_size(const Problem& problem);
 
 struct Args {
   const std::int32_t* topk_ids = nullptr;  // [T, k]
-  const float* topk_weights = nullptr;     // [T, k]; null when the weights went on the input
+  const float* topk_weights = nullptr;     // [T, k]: on the output, or (k = 1) the input; null: none
   std::int32_t* slot_rows = nullptr;       // [T, k] written (the plan's)
-  const void* x = nullptr;                 // [T, H] e4m3, the prepared input
-  const float* x_scales = nullptr;         // [T, H / 128]
+  const bf16* hidden = nullptr;            // [T, H]
   const void* w13 = nullptr;               // [E_local, W, H] e4m3
   const float* w13_scales = nullptr;       // [E_local, H / 128, W / 128]
   const void* w2 = nullptr;                // [E_local, H, I] e4m3

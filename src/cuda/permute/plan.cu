@@ -1,4 +1,4 @@
-// Permutation plan: launchers and the op entry.
+// Permutation plan: the kernels (their steps in plan.cuh), launchers and the op entry.
 #include "cuda/permute/plan.h"
 
 #include <algorithm>
@@ -13,6 +13,100 @@
 
 namespace moekit::cuda::permute {
 namespace {
+
+__global__ void __launch_bounds__(256) count_subtiles(PlanParams p) {
+  extern __shared__ int shared_counts[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int subtile = blockIdx.x * (blockDim.x / 32) + warp;
+  if (subtile >= p.subtiles) return;  // warp-uniform; no block barrier below
+  int* counter = shared_counts + warp * p.experts;
+  for (int e = lane; e < p.experts; e += 32) counter[e] = 0;
+  __syncwarp();
+  const std::int64_t first_slot = std::int64_t(subtile) * p.pieces * 32;
+  for (int piece = 0; piece < p.pieces; ++piece) {
+    const int e = local_expert(p, first_slot + piece * 32 + lane);
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    if (e >= 0 && lane == __ffs(peers) - 1) counter[e] += __popc(peers);
+    __syncwarp();
+  }
+  for (int e = lane; e < p.experts; e += 32) p.subtile_counts[std::int64_t(e) * p.subtiles + subtile] = counter[e];
+}
+
+__global__ void __launch_bounds__(256) scan_subtiles(PlanParams p) {
+  __shared__ int shared[33];
+  const int e = blockIdx.x;
+  std::int32_t* row = p.subtile_counts + std::int64_t(e) * p.subtiles;
+  int carry = 0;
+  for (int base = 0; base < p.subtiles; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const int value = i < p.subtiles ? row[i] : 0;
+    int chunk = 0;
+    const int prefix = block_exclusive_scan(value, shared, &chunk);
+    if (i < p.subtiles) row[i] = carry + prefix;
+    carry += chunk;
+  }
+  if (threadIdx.x == 0) p.totals[e] = carry;
+}
+
+__global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  int* offsets = shared_ints;                 // [E_local + 1] padded first rows
+  int* running = shared_ints + p.experts + 1;  // [warps, E_local] next row of each expert
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+
+  // Expert offsets from the totals (every block, redundantly: E_local values).
+  int carry = 0, dropped = 0;
+  for (int base = 0; base < p.experts; base += blockDim.x) {
+    const int e = base + threadIdx.x;
+    const int total = e < p.experts ? p.totals[e] : 0;
+    const int rows = p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment);
+    int chunk = 0;
+    const int prefix = block_exclusive_scan(rows, scan_shared, &chunk);
+    if (e < p.experts) {
+      offsets[e] = carry + prefix;
+      if (blockIdx.x == 0) {
+        p.counts[e] = p.masked ? rows : total;
+        if (p.offsets) p.offsets[e] = p.masked ? e * p.capacity : carry + prefix;
+      }
+    }
+    carry += chunk;
+    if (p.masked) {
+      int over = 0;
+      block_exclusive_scan(e < p.experts ? max(total - p.capacity, 0) : 0, scan_shared, &over);
+      dropped += over;
+    }
+  }
+  if (threadIdx.x == 0) {
+    offsets[p.experts] = carry;
+    if (blockIdx.x == 0) {
+      if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : carry;
+      if (p.masked && p.dropped) *p.dropped = dropped;
+    }
+  }
+  __syncthreads();
+
+  // Local expert of every row (contiguous), grid-stride.
+  if (p.row_expert)
+    write_row_experts(p, offsets, std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                      std::int64_t(gridDim.x) * blockDim.x);
+
+  // Replay this warp's subtile in slot order.
+  const int subtile = blockIdx.x * warps + warp;
+  if (subtile >= p.subtiles) return;
+  int* next = running + warp * p.experts;
+  for (int e = lane; e < p.experts; e += 32)
+    next[e] = p.subtile_counts[std::int64_t(e) * p.subtiles + subtile] + (p.masked ? 0 : offsets[e]);
+  __syncwarp();
+  replay_slots(p, std::int64_t(subtile) * p.pieces * 32, next);
+}
+
+__global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  plan_in_block(p, shared_ints, scan_shared);
+}
+
 
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxExperts = 8192;
@@ -112,14 +206,9 @@ std::size_t workspace_size(const PlanProblem& p) {
   return c.used();
 }
 
-void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, Stream stream) {
-  const Status status = can_implement(p);
-  require(status.is_ok(), status.reason());
-  require(workspace.size >= workspace_size(p), "permute plan: workspace too small");
-  require(args.counts && args.row_token && (p.tokens == 0 || (args.topk_ids && args.slot_rows)),
-          "permute plan: topk_ids, counts, slot_rows and row_token are required");
-  require(p.rows.format == RowFormat::masked || args.offsets, "permute plan: the contiguous format needs offsets");
-  const cudaStream_t s = as_cuda(stream);
+namespace {
+
+PlanParams params_of(const PlanProblem& p, const PlanArgs& args) {
   PlanParams kp{};
   kp.ids = args.topk_ids;
   kp.slots = p.tokens * p.top_k;
@@ -140,17 +229,38 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   kp.work_rows = args.work_rows;
   kp.zeroed = args.zeroed;
   kp.zeroed_count = args.zeroed ? args.zeroed_count : 0;
-  require(!args.work || args.work_rows > 0, "permute plan: work_rows must be positive with a work list");
+  return kp;
+}
 
+}  // namespace
+
+OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
+  require(choose_path(p) == PlanPath::one_block, "permute plan: " + p.to_string() + " is not a one-block problem");
+  OneBlockLaunch l{params_of(p, args), 0};
+  const OneBlockTiling tiles = one_block_tiling(p);
+  l.params.pieces = tiles.pieces;
+  l.params.subtiles = tiles.subtiles;
+  l.shared = tiles.shared;
+  return l;
+}
+
+void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, Stream stream) {
+  const Status status = can_implement(p);
+  require(status.is_ok(), status.reason());
+  require(workspace.size >= workspace_size(p), "permute plan: workspace too small");
+  require(args.counts && args.row_token && (p.tokens == 0 || (args.topk_ids && args.slot_rows)),
+          "permute plan: topk_ids, counts, slot_rows and row_token are required");
+  require(p.rows.format == RowFormat::masked || args.offsets, "permute plan: the contiguous format needs offsets");
+  const cudaStream_t s = as_cuda(stream);
+  require(!args.work || args.work_rows > 0, "permute plan: work_rows must be positive with a work list");
   if (choose_path(p) == PlanPath::one_block) {
-    const OneBlockTiling tiles = one_block_tiling(p);
-    kp.pieces = tiles.pieces;
-    kp.subtiles = tiles.subtiles;
-    allow_shared(plan_one_block, tiles.shared);
-    plan_one_block<<<1, kOneBlockThreads, tiles.shared, s>>>(kp);
+    const OneBlockLaunch l = one_block_launch(p, args);
+    allow_shared(plan_one_block, l.shared);
+    plan_one_block<<<1, kOneBlockThreads, l.shared, s>>>(l.params);
     MOEKIT_CUDA_CHECK_LAUNCH("plan_one_block");
     return;
   }
+  PlanParams kp = params_of(p, args);
 
   require(!args.work && !args.zeroed, "permute plan: the work list and zeroed counters need the one-block path");
   const Tiling tiles = tiling(p);

@@ -1,4 +1,4 @@
-// Permutation plan kernels: a stable counting sort of the slots by local expert.
+// The permutation plan's device pieces (its kernels are in plan.cu): a stable counting sort of the slots by local expert.
 //   count   each warp counts its subtile of slots per expert (warp-private shared counters;
 //           __match_any_sync groups the lanes of one expert, its lowest lane adds)
 //   scan    one block per expert: exclusive scan of its counts over the subtiles, and its total
@@ -14,6 +14,7 @@
 
 #include "cuda/common/rows.h"
 #include "cuda/common/vec.cuh"
+#include "cuda/permute/plan.h"
 
 namespace moekit::cuda::permute {
 
@@ -43,29 +44,19 @@ struct PlanParams {
   std::int64_t zeroed_count;
 };
 
+// The one-block path's parameters and dynamic shared memory (plan.cu), for kernels that run
+// plan_in_block (plan_one_block.cuh) in one of their blocks.
+struct OneBlockLaunch {
+  PlanParams params;
+  std::size_t shared;
+};
+OneBlockLaunch one_block_launch(const PlanProblem& problem, const PlanArgs& args);
+
 // The local expert of slot s, or -1 (no id, another rank's expert, or past the end).
 __device__ __forceinline__ int local_expert(const PlanParams& p, std::int64_t s) {
   if (s >= p.slots) return -1;
   const int e = __ldg(p.ids + s) - p.first;
   return e >= 0 && e < p.experts ? e : -1;
-}
-
-__global__ void __launch_bounds__(256) count_subtiles(PlanParams p) {
-  extern __shared__ int shared_counts[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int subtile = blockIdx.x * (blockDim.x / 32) + warp;
-  if (subtile >= p.subtiles) return;  // warp-uniform; no block barrier below
-  int* counter = shared_counts + warp * p.experts;
-  for (int e = lane; e < p.experts; e += 32) counter[e] = 0;
-  __syncwarp();
-  const std::int64_t first_slot = std::int64_t(subtile) * p.pieces * 32;
-  for (int piece = 0; piece < p.pieces; ++piece) {
-    const int e = local_expert(p, first_slot + piece * 32 + lane);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    if (e >= 0 && lane == __ffs(peers) - 1) counter[e] += __popc(peers);
-    __syncwarp();
-  }
-  for (int e = lane; e < p.experts; e += 32) p.subtile_counts[std::int64_t(e) * p.subtiles + subtile] = counter[e];
 }
 
 // Exclusive scan of `value` over the block (blockDim.x a multiple of 32, at most 1024); returns
@@ -94,22 +85,6 @@ __device__ __forceinline__ int block_exclusive_scan(int value, int* shared, int*
   __syncthreads();
   *total = shared[32];
   return inclusive - value + (warp > 0 ? shared[warp - 1] : 0);
-}
-
-__global__ void __launch_bounds__(256) scan_subtiles(PlanParams p) {
-  __shared__ int shared[33];
-  const int e = blockIdx.x;
-  std::int32_t* row = p.subtile_counts + std::int64_t(e) * p.subtiles;
-  int carry = 0;
-  for (int base = 0; base < p.subtiles; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    const int value = i < p.subtiles ? row[i] : 0;
-    int chunk = 0;
-    const int prefix = block_exclusive_scan(value, shared, &chunk);
-    if (i < p.subtiles) row[i] = carry + prefix;
-    carry += chunk;
-  }
-  if (threadIdx.x == 0) p.totals[e] = carry;
 }
 
 __device__ __forceinline__ int round_up_int(int x, int m) { return (x + m - 1) / m * m; }
@@ -155,59 +130,6 @@ __device__ __forceinline__ void replay_slots(const PlanParams& p, std::int64_t f
     }
     __syncwarp();
   }
-}
-
-__global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
-  extern __shared__ int shared_ints[];
-  __shared__ int scan_shared[33];
-  int* offsets = shared_ints;                 // [E_local + 1] padded first rows
-  int* running = shared_ints + p.experts + 1;  // [warps, E_local] next row of each expert
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
-
-  // Expert offsets from the totals (every block, redundantly: E_local values).
-  int carry = 0, dropped = 0;
-  for (int base = 0; base < p.experts; base += blockDim.x) {
-    const int e = base + threadIdx.x;
-    const int total = e < p.experts ? p.totals[e] : 0;
-    const int rows = p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment);
-    int chunk = 0;
-    const int prefix = block_exclusive_scan(rows, scan_shared, &chunk);
-    if (e < p.experts) {
-      offsets[e] = carry + prefix;
-      if (blockIdx.x == 0) {
-        p.counts[e] = p.masked ? rows : total;
-        if (p.offsets) p.offsets[e] = p.masked ? e * p.capacity : carry + prefix;
-      }
-    }
-    carry += chunk;
-    if (p.masked) {
-      int over = 0;
-      block_exclusive_scan(e < p.experts ? max(total - p.capacity, 0) : 0, scan_shared, &over);
-      dropped += over;
-    }
-  }
-  if (threadIdx.x == 0) {
-    offsets[p.experts] = carry;
-    if (blockIdx.x == 0) {
-      if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : carry;
-      if (p.masked && p.dropped) *p.dropped = dropped;
-    }
-  }
-  __syncthreads();
-
-  // Local expert of every row (contiguous), grid-stride.
-  if (p.row_expert)
-    write_row_experts(p, offsets, std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
-                      std::int64_t(gridDim.x) * blockDim.x);
-
-  // Replay this warp's subtile in slot order.
-  const int subtile = blockIdx.x * warps + warp;
-  if (subtile >= p.subtiles) return;
-  int* next = running + warp * p.experts;
-  for (int e = lane; e < p.experts; e += 32)
-    next[e] = p.subtile_counts[std::int64_t(e) * p.subtiles + subtile] + (p.masked ? 0 : offsets[e]);
-  __syncwarp();
-  replay_slots(p, std::int64_t(subtile) * p.pieces * 32, next);
 }
 
 }  // namespace moekit::cuda::permute

@@ -20,9 +20,9 @@ constexpr int kOneBlockThreads = 1024;
 // p.subtiles (NS ≤ 32) subtiles of p.pieces pieces of 32 slots, one per warp; E_local ≤
 // kOneBlockThreads (thread e owns expert e in steps 3 and 4). p.subtile_counts and p.totals are
 // unused. Dynamic shared memory: (E_local + 1 + NS * E_local) ints.
-__global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p) {
-  extern __shared__ int shared_ints[];
-  __shared__ int scan_shared[33];
+// The body, for any kernel whose block it owns (blockDim.x == kOneBlockThreads): shared_ints is
+// the dynamic shared memory above, scan_shared 33 ints.
+__device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_ints, int* scan_shared) {
   int* offsets = shared_ints;                  // [E_local + 1] padded first rows
   int* counters = shared_ints + p.experts + 1;  // [NS, E_local] counts, then the next row of each expert
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
