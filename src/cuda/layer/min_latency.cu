@@ -55,7 +55,8 @@ Buffers carve(core::Carver& c, const Problem& p) {
 }
 
 std::size_t gemm2_shared(const Problem& p) {
-  return sizeof(int) * 3 * std::size_t((max_entries(p) + 3) / 4 * 4) + sizeof(float) * kChannels * std::size_t(slots(p));
+  return gemm2_ring_bytes() + sizeof(int) * 3 * std::size_t((max_entries(p) + 3) / 4 * 4) +
+         sizeof(float) * kChannels * std::size_t(slots(p));
 }
 
 // A launch that may begin while the previous kernel on the stream finishes (the kernel waits
@@ -79,7 +80,10 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
 template <Activation kAct>
 void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
   const dim3 grid(unsigned(p.config.intermediate_size / kChannels), unsigned(max_entries(p)));
-  launch_dependent(gemm1_activation<kAct>, grid, dim3(kGemm1Warps * 32), 0, stream, kp);
+  constexpr std::size_t shared = gemm1_shared<kAct>();
+  if (shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm1_activation<kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  launch_dependent(gemm1_activation<kAct>, grid, dim3(kGemm1Warps * 32), shared, stream, kp);
 }
 
 }  // namespace

@@ -119,19 +119,95 @@ __global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(Pr
   }
 }
 
-// ---- GEMM1 + activation + requantization -------------------------------------------------
+// ---- a warp's ring of K blocks in shared memory ------------------------------------------
+// Each stage holds one 128-K block: kStrips 16-row weight strips, the first 8 activation rows
+// and the block's scales, copied by the warp's own lanes with cp.async (16-byte copies through
+// L2, no registers held while in flight), kStages - 1 blocks ahead of the MMAs. A 128-byte row
+// is 8 chunks of 16; chunk c of row r sits at chunk c ^ 4 (r & 1), so that the 8 lanes of a
+// shared-memory phase (rows g, g + 1; chunks t, or t + 4) hit distinct banks.
 
-// One K block of the gate and up strips and of the first 8 rows, with its scales: loaded a
-// stage ahead so that no load waits inside the K loop (the first 8 rows are decode's common case).
-struct Gemm1Stage {
-  uint4 gate_lo[2], gate_hi[2], up_lo[2], up_hi[2], x[2];
-  float w_gate, w_up, x0, x1;  // block scales: the strips', rows 2t and 2t + 1
+template <int kStrips>
+struct Ring {
+  static constexpr int kStrip = kChannels * 128;
+  static constexpr int kRows = kStrips * kStrip;                // the x rows' offset in a stage
+  static constexpr int kScales = kRows + kPassRows * 128;       // w scales [4], x scales [8]
+  static constexpr int kStage = kScales + 16 * int(sizeof(float));
 };
 
+__device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ ((row & 1) << 2)) << 4); }
+
+__device__ __forceinline__ void copy16(std::uint8_t* shared, const void* global, bool valid) {
+  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void copy4(void* shared, const void* global, bool valid) {
+  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
+// One strip's K block (16 rows of `stride` bytes from `rows`) into a stage: 4 chunks per lane.
+__device__ __forceinline__ void copy_strip(std::uint8_t* stage, const std::uint8_t* rows, std::size_t stride, int lane) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
+    copy16(stage + swizzled(row, chunk), rows + row * stride + chunk * 16, true);
+  }
+}
+
+__device__ __forceinline__ uint4 load_shared(const std::uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// This lane's MMA operands of a stage's strip (rows g, g + 8) or x rows (row g).
+__device__ __forceinline__ void strip_operand(const std::uint8_t* strip, int g, int t, uint4 (&lo)[2], uint4 (&hi)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lo[h] = load_shared(strip + swizzled(g, h * 4 + t));
+    hi[h] = load_shared(strip + swizzled(g + 8, h * 4 + t));
+  }
+}
+__device__ __forceinline__ void rows_operand(const std::uint8_t* rows, int g, int t, uint4 (&x)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) x[h] = load_shared(rows + swizzled(g, h * 4 + t));
+}
+
+// Runs items [0, n) through a warp's ring: load(i, stage) issues item i's copies, compute(i,
+// stage) consumes them.
+template <int kStages, int kStageBytes, class Load, class Compute>
+__device__ __forceinline__ void stream_items(std::uint8_t* ring, int n, Load&& load, Compute&& compute) {
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n) load(i, ring + i * kStageBytes);
+    commit_copies();
+  }
+  for (int i = 0; i < n; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < n) load(ahead, ring + (ahead % kStages) * kStageBytes);
+    commit_copies();
+    wait_copies<kStages - 1>();
+    __syncwarp();
+    compute(i, ring + (i % kStages) * kStageBytes);
+    __syncwarp();  // the stage is refilled by the next iteration's copies
+  }
+}
+
+// ---- GEMM1 + activation + requantization -------------------------------------------------
+
+constexpr int kGemm1Stages = 4;
+
+template <Activation kAct>
+constexpr std::size_t gemm1_shared() {
+  return std::size_t(kGemm1Warps) * kGemm1Stages * Ring<kAct != Activation::relu2 ? 2 : 1>::kStage;
+}
+
+// Dynamic shared memory: gemm1_shared<kAct>(), each warp's ring.
 template <Activation kAct>
 __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
   constexpr bool kGated = kAct != Activation::relu2;
   constexpr int kStrips = kGated ? 2 : 1;
+  using R = Ring<kStrips>;
+  extern __shared__ float4 shared4[];
   __shared__ float partial[kGemm1Warps][kStrips][kPasses][32][4];
   __shared__ int token[kEntryRows];
   __shared__ int last;
@@ -140,14 +216,14 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
   const Entry en = entry(p, int(blockIdx.y));
   launch_dependents();
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  std::uint8_t* ring = reinterpret_cast<std::uint8_t*>(shared4) + std::size_t(warp) * kGemm1Stages * R::kStage;
   const int c0 = int(blockIdx.x) * kChannels;  // activation columns [c0, c0 + 16)
   const int width = kGated ? 2 * p.inter : p.inter;
   const int k_blocks = p.hidden / 128, w_blocks = width / 128, i_blocks = p.inter / 128;
   if (threadIdx.x < kEntryRows) token[threadIdx.x] = int(threadIdx.x) < en.rows ? p.row_token[en.row0 + threadIdx.x] : 0;
   __syncthreads();
 
-  const std::size_t w_row = std::size_t(en.expert) * width + c0 + g;
-  const std::uint8_t* gate = p.w13 + w_row * p.hidden + t * 16;
+  const std::uint8_t* gate = p.w13 + (std::size_t(en.expert) * width + c0) * p.hidden;
   const std::uint8_t* up = gate + std::size_t(p.inter) * p.hidden;
   const float* w_scales = p.w13_scales + std::size_t(en.expert) * k_blocks * w_blocks;
   const float* sw_gate = w_scales + c0 / 128;
@@ -157,25 +233,27 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
   const int per_warp = (k_blocks + kGemm1Warps - 1) / kGemm1Warps;
   const int kb0 = min(warp * per_warp, k_blocks), kb1 = min(kb0 + per_warp, k_blocks);
 
-  auto x_row = [&](int pass, int kb) {  // this thread's 16 bytes of A row pass * 8 + g
-    return p.x + std::size_t(token[pass * kPassRows + g]) * p.hidden + std::size_t(kb) * 128 + t * 16;
+  auto x_row = [&](int row, int kb) {  // row `row` of the entry at K block kb
+    return p.x + std::size_t(token[row]) * p.hidden + std::size_t(kb) * 128;
   };
-  auto load = [&](int kb, Gemm1Stage& s) {
+  auto load = [&](int i, std::uint8_t* stage) {
+    const int kb = kb0 + i;
+    copy_strip(stage, gate + std::size_t(kb) * 128, p.hidden, lane);
+    if (kGated) copy_strip(stage + R::kStrip, up + std::size_t(kb) * 128, p.hidden, lane);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::size_t at = std::size_t(kb) * 128 + h * 64;
-      s.gate_lo[h] = load_streaming(gate + at);
-      s.gate_hi[h] = load_streaming(gate + std::size_t(8) * p.hidden + at);
-      if (kGated) {
-        s.up_lo[h] = load_streaming(up + at);
-        s.up_hi[h] = load_streaming(up + std::size_t(8) * p.hidden + at);
-      }
-      s.x[h] = g < en.rows ? __ldg(reinterpret_cast<const uint4*>(x_row(0, kb) + h * 64)) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < 2; ++j) {
+      const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
+      const bool valid = row < en.rows;
+      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x_row(row, kb) + chunk * 16 : p.x, valid);
     }
-    s.w_gate = __ldg(sw_gate + std::size_t(kb) * w_blocks);
-    s.w_up = kGated ? __ldg(sw_up + std::size_t(kb) * w_blocks) : 0.0f;
-    s.x0 = 2 * t < en.rows ? __ldg(p.x_scales + std::size_t(token[2 * t]) * k_blocks + kb) : 0.0f;
-    s.x1 = 2 * t + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[2 * t + 1]) * k_blocks + kb) : 0.0f;
+    float* scales = reinterpret_cast<float*>(stage + R::kScales);
+    if (lane == 0) copy4(scales, sw_gate + std::size_t(kb) * w_blocks, true);
+    if (kGated && lane == 1) copy4(scales + 1, sw_up + std::size_t(kb) * w_blocks, true);
+    if (lane >= 8 && lane < 16) {
+      const int row = lane - 8;
+      const bool valid = row < en.rows;
+      copy4(scales + 4 + row, valid ? p.x_scales + std::size_t(token[row]) * k_blocks + kb : p.x_scales, valid);
+    }
   };
 
   float acc[kStrips][kPasses][4];
@@ -186,32 +264,40 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[s][q][i] = 0.0f;
 
-  auto compute = [&](int kb, const Gemm1Stage& s) {
-    const float w_gate = s.w_gate, w_up = s.w_up;
+  auto compute = [&](int i, const std::uint8_t* stage) {
+    const int kb = kb0 + i;
+    const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
+    const float w_gate = scales[0], w_up = kGated ? scales[1] : 0.0f;
+    uint4 gate_lo[2], gate_hi[2], up_lo[2], up_hi[2];
+    strip_operand(stage, g, t, gate_lo, gate_hi);
+    if (kGated) strip_operand(stage + R::kStrip, g, t, up_lo, up_hi);
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
-      uint4 x[2] = {s.x[0], s.x[1]};
-      if (q > 0) {
+      uint4 x[2];
+      const int col = q * kPassRows + 2 * t;  // the two rows this thread's sums belong to
+      float sa0, sa1;
+      if (q == 0) {
+        rows_operand(stage + R::kRows, g, t, x);
+        sa0 = scales[4 + 2 * t];
+        sa1 = scales[5 + 2 * t];
+      } else {
         const bool has = q * kPassRows + g < en.rows;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          x[h] = has ? __ldg(reinterpret_cast<const uint4*>(x_row(q, kb) + h * 64)) : make_uint4(0, 0, 0, 0);
-      }
-      const int col = q * kPassRows + 2 * t;  // the two rows this thread's sums belong to
-      float sa0 = s.x0, sa1 = s.x1;
-      if (q > 0) {
+          x[h] = has ? __ldg(reinterpret_cast<const uint4*>(x_row(q * kPassRows + g, kb) + h * 64 + t * 16))
+                     : make_uint4(0, 0, 0, 0);
         sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
         sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
       }
       float sums[4];
-      mma_block(s.gate_lo, s.gate_hi, x, sums);
+      mma_block(gate_lo, gate_hi, x, sums);
       acc[0][q][0] += sa0 * w_gate * sums[0];
       acc[0][q][1] += sa1 * w_gate * sums[1];
       acc[0][q][2] += sa0 * w_gate * sums[2];
       acc[0][q][3] += sa1 * w_gate * sums[3];
       if (kGated) {
-        mma_block(s.up_lo, s.up_hi, x, sums);
+        mma_block(up_lo, up_hi, x, sums);
         acc[kStrips - 1][q][0] += sa0 * w_up * sums[0];
         acc[kStrips - 1][q][1] += sa1 * w_up * sums[1];
         acc[kStrips - 1][q][2] += sa0 * w_up * sums[2];
@@ -219,19 +305,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
       }
     }
   };
+  stream_items<kGemm1Stages, R::kStage>(ring, kb1 - kb0, load, compute);
 
-  // Two K blocks in flight per warp.
-  Gemm1Stage ring[2];
-  if (kb0 < kb1) load(kb0, ring[0]);
-  if (kb0 + 1 < kb1) load(kb0 + 1, ring[1]);
-  for (int kb = kb0; kb < kb1; kb += 2) {
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      if (kb + s >= kb1) break;
-      compute(kb + s, ring[s]);
-      if (kb + s + 2 < kb1) load(kb + s + 2, ring[s]);
-    }
-  }
 #pragma unroll
   for (int s = 0; s < kStrips; ++s)
 #pragma unroll
@@ -295,29 +370,34 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
 
 // ---- GEMM2 + combine ----------------------------------------------------------------------
 
-// One K block of a strip and of an entry's first 8 rows, with its scales (as Gemm1Stage).
-struct Gemm2Stage {
-  uint4 w_lo[2], w_hi[2], x[2];
-  float w, x0, x1;
-};
+constexpr int kGemm2Stages = 6;
+// Bytes of W2 the blocks together fetch into L2 ahead of GEMM1's end (more would evict itself).
+constexpr std::size_t kPrefetchBudget = std::size_t(16) << 20;
 
-// Dynamic shared memory: the work list [3 max_entries] ints, then [rows][16] f32: the
-// bf16-rounded GEMM2 outputs of this channel strip.
+// Dynamic shared memory: the warps' rings, the work list [3 max_entries] ints, then [rows][16]
+// f32: the bf16-rounded GEMM2 outputs of this channel strip.
+constexpr std::size_t gemm2_ring_bytes() { return std::size_t(kGemm2Warps) * kGemm2Stages * Ring<1>::kStage; }
+
 __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int max_entries) {
+  using R = Ring<1>;
   extern __shared__ float4 shared4[];
-  int* work = reinterpret_cast<int*>(shared4);
-  float* strip = reinterpret_cast<float*>(shared4) + 3 * ((max_entries + 3) / 4 * 4);
+  std::uint8_t* base = reinterpret_cast<std::uint8_t*>(shared4);
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  std::uint8_t* ring = base + std::size_t(warp) * kGemm2Stages * R::kStage;
+  int* work = reinterpret_cast<int*>(base + gemm2_ring_bytes());
+  float* strip = reinterpret_cast<float*>(work + 3 * ((max_entries + 3) / 4 * 4));
   const int n0 = int(blockIdx.x) * kChannels;
   const int k_blocks = p.inter / 128, n_blocks = p.hidden / 128;
   // The plan finished before gemm1_activation let this grid launch: its work list can be read
-  // now, and this warp's first weight strip fetched into L2 while GEMM1 ends.
+  // now, and the first weight strips fetched into L2 while GEMM1 ends (within the budget).
   const int entries = p.work[0];
   for (int i = int(threadIdx.x); i < 3 * entries; i += int(blockDim.x)) work[i] = p.work[1 + i];
-  if (warp < entries && lane == 0) {
+  const std::size_t strip_bytes = std::size_t(kChannels) * p.inter;
+  const int prefetched = int(kPrefetchBudget / (strip_bytes * gridDim.x));
+  if (warp < min(entries, prefetched) && lane == 0) {
     const Entry en = entry(p, warp);
     const std::uint8_t* w = p.w2 + (std::size_t(en.expert) * p.hidden + n0) * p.inter;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(unsigned(kChannels * p.inter)) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(unsigned(strip_bytes)) : "memory");
   }
   __syncthreads();
   grid_dependency_wait();
@@ -328,24 +408,28 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
 
   const int mine = entries > warp ? (entries - warp - 1) / kGemm2Warps + 1 : 0;
   const int items = mine * k_blocks;  // (entry, K block), entry-major
-  Entry en{0, 0, 0};
-  auto load = [&](int item, Gemm2Stage& s) {
+  auto load = [&](int item, std::uint8_t* stage) {
     const Entry e = entry_of(item);
     const int kb = item % k_blocks;
-    const std::uint8_t* w = p.w2 + (std::size_t(e.expert) * p.hidden + n0 + g) * p.inter + std::size_t(kb) * 128 + t * 16;
-    const std::uint8_t* x = p.q2 + std::size_t(e.row0 + g) * p.inter + std::size_t(kb) * 128 + t * 16;
+    copy_strip(stage, p.w2 + (std::size_t(e.expert) * p.hidden + n0) * p.inter + std::size_t(kb) * 128, p.inter, lane);
+    const std::uint8_t* x = p.q2 + std::size_t(e.row0) * p.inter + std::size_t(kb) * 128;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      s.w_lo[h] = load_streaming(w + h * 64);
-      s.w_hi[h] = load_streaming(w + std::size_t(8) * p.inter + h * 64);
-      s.x[h] = g < e.rows ? __ldg(reinterpret_cast<const uint4*>(x + h * 64)) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < 2; ++j) {
+      const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
+      const bool valid = row < e.rows;
+      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x + std::size_t(row) * p.inter + chunk * 16 : p.q2, valid);
     }
-    s.w = __ldg(p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128);
-    s.x0 = 2 * t < e.rows ? __ldg(p.s2 + std::size_t(e.row0 + 2 * t) * k_blocks + kb) : 0.0f;
-    s.x1 = 2 * t + 1 < e.rows ? __ldg(p.s2 + std::size_t(e.row0 + 2 * t + 1) * k_blocks + kb) : 0.0f;
+    float* scales = reinterpret_cast<float*>(stage + R::kScales);
+    if (lane == 0) copy4(scales, p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128, true);
+    if (lane >= 8 && lane < 16) {
+      const int row = lane - 8;
+      const bool valid = row < e.rows;
+      copy4(scales + 4 + row, valid ? p.s2 + std::size_t(e.row0 + row) * k_blocks + kb : p.s2, valid);
+    }
   };
+  Entry en{0, 0, 0};
   float acc[kPasses][4];
-  auto compute = [&](int item, const Gemm2Stage& s) {
+  auto compute = [&](int item, const std::uint8_t* stage) {
     const int kb = item % k_blocks;
     if (kb == 0) {
       en = entry_of(item);
@@ -355,25 +439,30 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
         for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
     }
     const int passes = (en.rows + kPassRows - 1) / kPassRows;
-    const float sw = s.w;
+    const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
+    const float sw = scales[0];
+    uint4 w_lo[2], w_hi[2];
+    strip_operand(stage, g, t, w_lo, w_hi);
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
-      uint4 x[2] = {s.x[0], s.x[1]};
-      if (q > 0) {
+      uint4 x[2];
+      const int col = q * kPassRows + 2 * t;
+      float sa0, sa1;
+      if (q == 0) {
+        rows_operand(stage + R::kRows, g, t, x);
+        sa0 = scales[4 + 2 * t];
+        sa1 = scales[5 + 2 * t];
+      } else {
         const bool has = q * kPassRows + g < en.rows;
         const std::uint8_t* xr = p.q2 + std::size_t(en.row0 + q * kPassRows + g) * p.inter + std::size_t(kb) * 128 + t * 16;
 #pragma unroll
         for (int h = 0; h < 2; ++h) x[h] = has ? __ldg(reinterpret_cast<const uint4*>(xr + h * 64)) : make_uint4(0, 0, 0, 0);
-      }
-      const int col = q * kPassRows + 2 * t;
-      float sa0 = s.x0, sa1 = s.x1;
-      if (q > 0) {
         sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
         sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
       }
       float sums[4];
-      mma_block(s.w_lo, s.w_hi, x, sums);
+      mma_block(w_lo, w_hi, x, sums);
       acc[q][0] += sa0 * sw * sums[0];
       acc[q][1] += sa1 * sw * sums[1];
       acc[q][2] += sa0 * sw * sums[2];
@@ -394,22 +483,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
       }
     }
   };
-
-  // Four (entry, K block) items in flight per warp, across entry boundaries.
-  constexpr int kStages = 4;
-  Gemm2Stage ring[kStages];
-#pragma unroll
-  for (int s = 0; s < kStages; ++s)
-    if (s < items) load(s, ring[s]);
-  for (int base = 0; base < items; base += kStages) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      const int item = base + s;
-      if (item >= items) break;
-      compute(item, ring[s]);
-      if (item + kStages < items) load(item + kStages, ring[s]);
-    }
-  }
+  stream_items<kGemm2Stages, R::kStage>(ring, items, load, compute);
   __syncthreads();
 
   // Each token's slots in order, as finalize adds them: f32, product rounded, then the sum.
