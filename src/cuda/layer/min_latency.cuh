@@ -181,34 +181,46 @@ __device__ __forceinline__ void stream_items(std::uint8_t* ring, int n, Load&& l
     if (i < n) load(i, ring + i * kStageBytes);
     commit_copies();
   }
+  int fill = kStages - 1, use = 0;  // the stages item i + kStages - 1 fills and item i uses
   for (int i = 0; i < n; ++i) {
-    const int ahead = i + kStages - 1;
-    if (ahead < n) load(ahead, ring + (ahead % kStages) * kStageBytes);
+    if (i + kStages - 1 < n) load(i + kStages - 1, ring + fill * kStageBytes);
     commit_copies();
     wait_copies<kStages - 1>();
     __syncwarp();
-    compute(i, ring + (i % kStages) * kStageBytes);
+    compute(i, ring + use * kStageBytes);
     __syncwarp();  // the stage is refilled by the next iteration's copies
+    fill = fill + 1 == kStages ? 0 : fill + 1;
+    use = use + 1 == kStages ? 0 : use + 1;
   }
 }
 
 // ---- GEMM1 + activation + requantization -------------------------------------------------
 
-constexpr int kGemm1Stages = 4;
+constexpr int kGemm1Stages = 3;
+
+// The warps' partial sums, [warp][strip][pass][lane][4] f32, once the rings are drained.
+template <int kStrips>
+constexpr std::size_t gemm1_partial_bytes() {
+  return std::size_t(kGemm1Warps) * kStrips * kPasses * 32 * 4 * sizeof(float);
+}
 
 template <Activation kAct>
 constexpr std::size_t gemm1_shared() {
-  return std::size_t(kGemm1Warps) * kGemm1Stages * Ring<kAct != Activation::relu2 ? 2 : 1>::kStage;
+  constexpr int kStrips = kAct != Activation::relu2 ? 2 : 1;
+  const std::size_t rings = std::size_t(kGemm1Warps) * kGemm1Stages * Ring<kStrips>::kStage;
+  return rings > gemm1_partial_bytes<kStrips>() ? rings : gemm1_partial_bytes<kStrips>();
 }
 
-// Dynamic shared memory: gemm1_shared<kAct>(), each warp's ring.
+// Dynamic shared memory: gemm1_shared<kAct>(), each warp's ring, then the partial sums in the
+// same bytes. Three blocks per SM (12 warps): the FP8 MMAs are f16 HMMAs after F2FP conversions
+// on sm_90, so the warps issue often and more of them keep the loads flowing.
 template <Activation kAct>
-__global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
+__global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p) {
   constexpr bool kGated = kAct != Activation::relu2;
   constexpr int kStrips = kGated ? 2 : 1;
   using R = Ring<kStrips>;
   extern __shared__ float4 shared4[];
-  __shared__ float partial[kGemm1Warps][kStrips][kPasses][32][4];
+  auto partial = reinterpret_cast<float (*)[kStrips][kPasses][32][4]>(shared4);
   __shared__ int token[kEntryRows];
   __shared__ int last;
   grid_dependency_wait();
@@ -306,6 +318,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
     }
   };
   stream_items<kGemm1Stages, R::kStage>(ring, kb1 - kb0, load, compute);
+  wait_copies<0>();
+  __syncthreads();  // every ring drained: the partial sums take their bytes
 
 #pragma unroll
   for (int s = 0; s < kStrips; ++s)
@@ -370,7 +384,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32) gemm1_activation(Params p) {
 
 // ---- GEMM2 + combine ----------------------------------------------------------------------
 
-constexpr int kGemm2Stages = 6;
+constexpr int kGemm2Stages = 4;
 // Bytes of W2 the blocks together fetch into L2 ahead of GEMM1's end (more would evict itself).
 constexpr std::size_t kPrefetchBudget = std::size_t(16) << 20;
 
@@ -378,7 +392,8 @@ constexpr std::size_t kPrefetchBudget = std::size_t(16) << 20;
 // f32: the bf16-rounded GEMM2 outputs of this channel strip.
 constexpr std::size_t gemm2_ring_bytes() { return std::size_t(kGemm2Warps) * kGemm2Stages * Ring<1>::kStage; }
 
-__global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int max_entries) {
+// Two blocks per SM (16 warps), as gemm1_activation.
+__global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, int max_entries) {
   using R = Ring<1>;
   extern __shared__ float4 shared4[];
   std::uint8_t* base = reinterpret_cast<std::uint8_t*>(shared4);
@@ -401,16 +416,18 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
   }
   __syncthreads();
   grid_dependency_wait();
-  auto entry_of = [&](int item) {
-    const int* w = work + 3 * (warp + (item / k_blocks) * kGemm2Warps);
+  auto entry_of = [&](int local) {  // this warp's local-th entry
+    const int* w = work + 3 * (warp + local * kGemm2Warps);
     return Entry{w[0], w[1], w[2]};
   };
 
   const int mine = entries > warp ? (entries - warp - 1) / kGemm2Warps + 1 : 0;
   const int items = mine * k_blocks;  // (entry, K block), entry-major
-  auto load = [&](int item, std::uint8_t* stage) {
-    const Entry e = entry_of(item);
-    const int kb = item % k_blocks;
+  // Items arrive in order at each lambda: (entry, K block) advance as counters, no division.
+  int load_entry = 0, load_kb = 0;
+  Entry e = mine > 0 ? entry_of(0) : Entry{0, 0, 0};
+  auto load = [&](int, std::uint8_t* stage) {
+    const int kb = load_kb;
     copy_strip(stage, p.w2 + (std::size_t(e.expert) * p.hidden + n0) * p.inter + std::size_t(kb) * 128, p.inter, lane);
     const std::uint8_t* x = p.q2 + std::size_t(e.row0) * p.inter + std::size_t(kb) * 128;
 #pragma unroll
@@ -426,13 +443,19 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) gemm2_combine(Params p, int 
       const bool valid = row < e.rows;
       copy4(scales + 4 + row, valid ? p.s2 + std::size_t(e.row0 + row) * k_blocks + kb : p.s2, valid);
     }
+    if (++load_kb == k_blocks) {
+      load_kb = 0;
+      if (++load_entry < mine) e = entry_of(load_entry);
+    }
   };
   Entry en{0, 0, 0};
   float acc[kPasses][4];
-  auto compute = [&](int item, const std::uint8_t* stage) {
-    const int kb = item % k_blocks;
+  int compute_entry = 0, compute_kb = 0;
+  auto compute = [&](int, const std::uint8_t* stage) {
+    const int kb = compute_kb;
+    if (++compute_kb == k_blocks) compute_kb = 0;
     if (kb == 0) {
-      en = entry_of(item);
+      en = entry_of(compute_entry++);
 #pragma unroll
       for (int q = 0; q < kPasses; ++q)
 #pragma unroll
