@@ -1,6 +1,7 @@
 #include "cuda/layer/min_latency.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -117,11 +118,12 @@ Choice choose(const Problem& p) {
   const Status s = can_implement(p);
   if (!s) return {false, "staged path: " + s.reason()};
   const double per_expert = double(slots(p)) / double(p.config.local_experts());
+  char rule[160];
+  std::snprintf(rule, sizeof rule, "T·k / E_local = %.4g rows per expert %s %.4g", per_expert,
+                per_expert > p.auto_rows_per_expert ? ">" : "<=", p.auto_rows_per_expert);
   if (per_expert > p.auto_rows_per_expert)
-    return {false, "staged path: " + std::to_string(per_expert) + " rows per expert > " +
-                       std::to_string(p.auto_rows_per_expert) + " (the min-latency path's bound)"};
-  return {true, "min-latency path: T·k / E_local = " + std::to_string(per_expert) + " rows per expert <= " +
-                    std::to_string(p.auto_rows_per_expert)};
+    return {false, "staged path: " + std::string(rule) + " (where the min-latency path stops winning)"};
+  return {true, "min-latency path: " + std::string(rule)};
 }
 
 std::size_t workspace_size(const Problem& p) {

@@ -20,8 +20,11 @@ namespace moekit::cuda::min_latency {
 
 // T·k bound of the path (the combine keeps a channel strip of every row in shared memory).
 inline constexpr std::int64_t kMaxSlots = 512;
-// The automatic rule: at most this many rows per local expert on average (T·k / E_local).
-inline constexpr double kAutoRowsPerExpert = 4.0;
+// The automatic rule: at most this many rows per local expert on average (T·k / E_local). On the
+// H200 (docs/PERF.md, decode) the path is faster up to 1/8 (qwen3-30b-a3b T=1: 35.3 µs against
+// 49.8; deepseek-v3 T=1-4), level at 1/4 (deepseek-v3 T=8) and slower beyond: its FP8 warp MMAs
+// are F2FP conversions plus f16 HMMAs on sm_90, which the staged GEMMs' WGMMAs are not.
+inline constexpr double kAutoRowsPerExpert = 0.125;
 
 struct Problem {
   MoEConfig config;
