@@ -183,6 +183,11 @@ std::vector<LayerCase> cases() {
   fused([](LayerCase& c) { c.method = RoutingMethod::sigmoid_bias_grouped, c.experts = 64, c.top_k = 8, c.n_group = 8,
                            c.topk_group = 4, c.tokens = 8; });
   fused([](LayerCase& c) { c.tokens = 0; });
+  // bf16 (no scales, bf16 rows; K blocks of 64 values: H % 128 = 64 allowed)
+  for (const std::int64_t t : {1, 8, 64}) fused([t](LayerCase& c) { c.scheme = QuantScheme::bf16, c.tokens = t; });
+  fused([](LayerCase& c) { c.scheme = QuantScheme::bf16, c.activation = Activation::swiglu_oai, c.hidden = 320,
+                           c.inter = 192, c.tokens = 5; });
+  fused([](LayerCase& c) { c.scheme = QuantScheme::bf16, c.method = RoutingMethod::top1_sigmoid, c.top_k = 1, c.tokens = 16; });
   return list;
 }
 
@@ -267,7 +272,7 @@ TEST(CudaLayerMinLatency, FusedRoutingEveryMethodAndLogitsDtype) {
 TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   LayerCase c;
-  c.scheme = QuantScheme::bf16;
+  c.scheme = QuantScheme::fp8_rowwise;
   c.path = ExpertsPath::min_latency;
   c.experts = 16, c.hidden = 256, c.inter = 256, c.tokens = 4, c.top_k = 2;
   const std::uint64_t seed = fresh_seed();
@@ -276,7 +281,7 @@ TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
   Layer layer(config_of(c), lw.weights(), on_cuda());
   try {
     gpu_external(layer, in.hidden, in.routing);
-    ADD_FAILURE() << "a bf16 layer must not run on the min-latency path";
+    ADD_FAILURE() << "an fp8-rowwise layer must not run on the min-latency path";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("min-latency path"), std::string::npos) << e.what();
   }

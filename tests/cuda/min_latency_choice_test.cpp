@@ -36,6 +36,15 @@ TEST(MinLatencyChoice, DecodeBatchesTakeIt) {
     EXPECT_TRUE(choice(kDeepseek, t).taken) << "deepseek T=" << t << ": " << choice(kDeepseek, t).reason;
 }
 
+TEST(MinLatencyChoice, Bf16TakesItWithBlocksOf64) {
+  MoEConfig bf16 = kQwen3;
+  bf16.quant.scheme = QuantScheme::bf16;
+  EXPECT_TRUE(choice(bf16, 1).taken) << choice(bf16, 1).reason;
+  MoEConfig gpt_oss = fp8_block(128, 4, 2880, 2880);  // H, I = 45 blocks of 64
+  gpt_oss.quant.scheme = QuantScheme::bf16;
+  EXPECT_TRUE(choice(gpt_oss, 1).taken) << choice(gpt_oss, 1).reason;
+}
+
 TEST(MinLatencyChoice, LargerBatchesStayStaged) {
   EXPECT_FALSE(choice(kDeepseek, 8).taken);
   for (const std::int64_t t : {3, 8, 64, 65, 512, 4096}) {
@@ -52,15 +61,15 @@ TEST(MinLatencyChoice, LayersItCannotRunStayStagedAndSayWhy) {
     MoEConfig config;
     const char* why;
   };
-  MoEConfig bf16 = kQwen3;
-  bf16.quant.scheme = QuantScheme::bf16;
+  MoEConfig rowwise = kQwen3;
+  rowwise.quant.scheme = QuantScheme::fp8_rowwise;
   MoEConfig invariant = kQwen3;
   invariant.batch_invariant = true;
   MoEConfig strict = kQwen3;
   strict.quant.accumulation = Fp8Accumulation::strict;
   const MoEConfig odd_inter = fp8_block(32, 4, 2880, 2880);
   const MoEConfig many = fp8_block(2048, 8, 2048, 768);
-  for (const Case& c : {Case{"bf16", bf16, "fp8-block"}, Case{"batch_invariant", invariant, "batch-invariant"},
+  for (const Case& c : {Case{"fp8-rowwise", rowwise, "fp8-block and bf16"}, Case{"batch_invariant", invariant, "batch-invariant"},
                         Case{"strict", strict, "strict"}, Case{"H, I % 128", odd_inter, "multiples of 128"},
                         Case{"E_local 2048", many, "one-block"}}) {
     const auto got = choice(c.config, 1);

@@ -55,6 +55,36 @@ __device__ __forceinline__ void mma_block(const uint4 (&w_lo)[2], const uint4 (&
     }
 }
 
+// d = a (16x16, row) x b (16x8, col), from zero, bf16 operands, f32.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f), "f"(0.0f), "f"(0.0f),
+        "f"(0.0f));
+}
+
+// mma_block for bf16: a 128-byte block is 64 of K, each 16-byte slice 8 values; each half's four
+// words feed two m16n8k16 MMAs (words 2q, 2q + 1 as the k pairs 2t and 2t + 8), the same
+// permutation in both operands.
+__device__ __forceinline__ void mma_block_bf16(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2], const uint4 (&x)[2],
+                                               float (&sums)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sums[i] = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const std::uint32_t wa[4] = {word(w_lo[h], 2 * q), word(w_hi[h], 2 * q), word(w_lo[h], 2 * q + 1),
+                                   word(w_hi[h], 2 * q + 1)};
+      const std::uint32_t xb[2] = {word(x[h], 2 * q), word(x[h], 2 * q + 1)};
+      float part[4];
+      mma_bf16(part, wa, xb);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sums[i] += part[i];
+    }
+}
+
 // Programmatic dependent launch (sm_90): wait for the grid this one depends on to finish (and
 // its memory to be visible); let the next grid start launching. No-ops without the attribute.
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }

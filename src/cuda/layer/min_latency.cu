@@ -46,12 +46,13 @@ Buffers carve(core::Carver& c, const Problem& p) {
   b.row_token = ints(rows);
   b.work = ints(1 + 3 * max_entries(p));
   b.done = ints(max_entries(p) * (inter / 128));
-  b.x_scales = floats(p.tokens * (p.config.hidden_size / 128));
-  b.x = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(p.tokens * p.config.hidden_size)));
+  const std::int64_t element = p.config.quant.scheme == QuantScheme::bf16 ? 2 : 1;
+  b.x_scales = floats(p.tokens * ceil_div(p.config.hidden_size, 128));
+  b.x = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(p.tokens * p.config.hidden_size * element)));
   b.act = floats(rows * inter);
   b.act_amax = floats(rows * (inter / kChannels));
   b.s2 = floats(rows * (inter / 128));
-  b.q2 = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(rows * inter)));
+  b.q2 = reinterpret_cast<std::uint8_t*>(c.take(std::size_t(rows * inter * element)));
   return b;
 }
 
@@ -78,13 +79,41 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, values...));
 }
 
-template <Activation kAct>
+template <Activation kAct, bool kFp8>
 void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
   const dim3 grid(unsigned(p.config.intermediate_size / kChannels), unsigned(max_entries(p)));
   constexpr std::size_t shared = gemm1_shared<kAct>();
   if (shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm1_activation<kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-  launch_dependent(gemm1_activation<kAct>, grid, dim3(kGemm1Warps * 32), shared, stream, kp);
+    MOEKIT_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm1_activation<kAct, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  launch_dependent(gemm1_activation<kAct, kFp8>, grid, dim3(kGemm1Warps * 32), shared, stream, kp);
+}
+
+// The three launches: the input's preparation with the plan, GEMM1 + activation, GEMM2 + combine.
+template <bool kFp8>
+void launch_all(const Problem& p, const PrepareParams& q, const permute::OneBlockLaunch& plan, unsigned prepare_blocks,
+                const Params& kp, Stream stream, const core::StageProblem& steps) {
+  const MoEConfig& c = p.config;
+  const cudaStream_t s = as_cuda(stream);
+  core::mark_step(steps, "permute", stream);
+  if (plan.shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(
+        cudaFuncSetAttribute(prepare_and_plan<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.shared)));
+  launch_dependent(prepare_and_plan<kFp8>, dim3(prepare_blocks), dim3(permute::kOneBlockThreads), plan.shared, s, q,
+                   plan.params);
+  core::mark_step(steps, "gemm1", stream);
+  switch (c.activation) {
+    case Activation::silu_and_mul: launch_gemm1<Activation::silu_and_mul, kFp8>(p, kp, s); break;
+    case Activation::gelu_and_mul: launch_gemm1<Activation::gelu_and_mul, kFp8>(p, kp, s); break;
+    case Activation::swiglu_oai: launch_gemm1<Activation::swiglu_oai, kFp8>(p, kp, s); break;
+    case Activation::relu2: launch_gemm1<Activation::relu2, kFp8>(p, kp, s); break;
+  }
+  core::mark_step(steps, "gemm2", stream);
+  const std::size_t shared = gemm2_shared(p);
+  if (shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm2_combine<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  launch_dependent(gemm2_combine<kFp8>, dim3(unsigned(c.hidden_size / kChannels)), dim3(kGemm2Warps * 32), shared, s,
+                   kp, int(max_entries(p)));
 }
 
 }  // namespace
@@ -92,13 +121,15 @@ void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
 Status can_implement(const Problem& p) {
   const MoEConfig& c = p.config;
   auto no = [](const std::string& why) { return Status::no("min-latency path: " + why); };
-  if (c.quant.scheme != QuantScheme::fp8_block)
-    return no("takes fp8-block layers, given " + std::string(to_string(c.quant.scheme)));
-  if (c.quant.accumulation == Fp8Accumulation::strict)
+  const bool bf16 = c.quant.scheme == QuantScheme::bf16;
+  if (c.quant.scheme != QuantScheme::fp8_block && !bf16)
+    return no("takes fp8-block and bf16 layers, given " + std::string(to_string(c.quant.scheme)));
+  if (c.quant.accumulation == Fp8Accumulation::strict && !bf16)
     return no("sums 32 products per MMA in the FP8 tensor core; strict accumulation needs f32 sums");
   if (c.batch_invariant) return no("batch-invariant layers keep the large-batch kernels at every T");
-  if (c.hidden_size % 128 != 0 || c.intermediate_size % 128 != 0)
-    return no("needs H and I multiples of 128, given H=" + std::to_string(c.hidden_size) +
+  const std::int64_t block = bf16 ? 64 : 128;  // values per 128-byte K block
+  if (c.hidden_size % block != 0 || c.intermediate_size % block != 0)
+    return no("needs H and I multiples of " + std::to_string(block) + ", given H=" + std::to_string(c.hidden_size) +
               " I=" + std::to_string(c.intermediate_size));
   if (slots(p) > kMaxSlots)
     return no("takes T·k <= " + std::to_string(kMaxSlots) + ", given " + std::to_string(slots(p)));
@@ -139,7 +170,6 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   require(workspace.size >= workspace_size(p), "min-latency path: workspace too small");
   if (p.tokens == 0) return;
   const MoEConfig& c = p.config;
-  const cudaStream_t s = as_cuda(stream);
   core::Carver carver(workspace.data);
   const Buffers b = carve(carver, p);
 
@@ -157,15 +187,10 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   const bool on_input = c.routing.effective_placement() == WeightPlacement::input;
   PrepareParams q{reinterpret_cast<const std::uint16_t*>(args.hidden), on_input ? args.topk_weights : nullptr, b.x,
                   b.x_scales, p.tokens, int(c.hidden_size), c.quant.scale_format == ScaleFormat::ue8m0};
-  // Block 0 plans; the rest quantize, a warp per two 128-column groups of a row.
-  const std::int64_t warps = p.tokens * ((c.hidden_size / 128 + 1) / 2);
-  const std::int64_t quantizers = std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(permute::kOneBlockThreads / 32)), 1,
-                                                           multiprocessor_count() - 1);
-  core::mark_step(steps, "permute", stream);
-  if (l.shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(prepare_and_plan, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared)));
-  launch_dependent(prepare_and_plan, dim3(unsigned(1 + quantizers)), dim3(permute::kOneBlockThreads), l.shared, s, q,
-                   l.params);
+  // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
+  const std::int64_t warps = p.tokens * ((ceil_div(c.hidden_size, 128) + 1) / 2);
+  const std::int64_t preparers = std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(permute::kOneBlockThreads / 32)), 1,
+                                                          multiprocessor_count() - 1);
 
   Params kp{};
   kp.work = b.work;
@@ -192,19 +217,8 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   kp.limit = c.swiglu_limit;
   kp.ue8m0 = c.quant.scale_format == ScaleFormat::ue8m0;
 
-  core::mark_step(steps, "gemm1", stream);
-  switch (c.activation) {
-    case Activation::silu_and_mul: launch_gemm1<Activation::silu_and_mul>(p, kp, s); break;
-    case Activation::gelu_and_mul: launch_gemm1<Activation::gelu_and_mul>(p, kp, s); break;
-    case Activation::swiglu_oai: launch_gemm1<Activation::swiglu_oai>(p, kp, s); break;
-    case Activation::relu2: launch_gemm1<Activation::relu2>(p, kp, s); break;
-  }
-  core::mark_step(steps, "gemm2", stream);
-  const std::size_t shared = gemm2_shared(p);
-  if (shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm2_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-  launch_dependent(gemm2_combine, dim3(unsigned(c.hidden_size / kChannels)), dim3(kGemm2Warps * 32), shared, s, kp,
-                   int(max_entries(p)));
+  if (c.quant.scheme == QuantScheme::bf16) launch_all<false>(p, q, l, unsigned(1 + preparers), kp, stream, steps);
+  else launch_all<true>(p, q, l, unsigned(1 + preparers), kp, stream, steps);
 }
 
 }  // namespace moekit::cuda::min_latency

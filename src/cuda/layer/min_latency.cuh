@@ -1,4 +1,5 @@
-// The min-latency layer's two kernels (fp8-block), after the one-block permutation plan:
+// The min-latency layer's kernels (fp8-block, or bf16 with kFp8 false: no scales, bf16 rows), after
+// the input's preparation and the one-block permutation plan:
 //   gemm1_activation  block (slice, entry): 16 columns of the activation (16 gate and 16 up rows
 //                     of w13) for a work entry's rows (<= 32 of one expert), K split over its 4
 //                     warps; A rows read by token from the prepared input (no gather); f32 sums ->
@@ -74,16 +75,18 @@ __device__ __forceinline__ Entry entry(const Params& p, int j) {
 struct PrepareParams {
   const std::uint16_t* hidden;  // [T, H] bf16
   const float* weights;         // [T] with the weight on the input (k = 1), else null
-  std::uint8_t* x;              // [T, H] e4m3
-  float* x_scales;              // [T, H / 128]
+  std::uint8_t* x;              // [T, H] e4m3, or bf16
+  float* x_scales;              // [T, H / 128] (fp8)
   std::int64_t tokens;
   int hidden_size;
   bool ue8m0;
 };
 
 // Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
-// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic): every step in one
-// launch, a programmatic dependent of the routing kernel (or of the caller's last one).
+// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copy it
+// (times the weight where it goes on the input): every step in one launch, a programmatic
+// dependent of the routing kernel (or of the caller's last one).
+template <bool kFp8>
 __global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(PrepareParams q, permute::PlanParams plan) {
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
@@ -93,15 +96,15 @@ __global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(Pr
     permute::plan_in_block(plan, shared_ints, scan_shared);
     return;
   }
-  const int groups = q.hidden_size / 128, pairs = (groups + 1) / 2;
+  const int groups = (q.hidden_size + 127) / 128, pairs = (groups + 1) / 2;
   const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
   const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
   for (std::int64_t item = std::int64_t(blockIdx.x - 1) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
        item += warps) {
     const std::int64_t t = item / pairs;
     const int g = int(item % pairs) * 2 + half;
-    const bool active = g < groups;  // the last pair's second half may have no group
     const int col = g * 128 + sub * 8;
+    const bool active = g < groups && col < q.hidden_size;  // the last pair may be short (bf16: H % 128 = 64)
     float x[8];
     unpack_bf16x8(active ? __ldg(reinterpret_cast<const uint4*>(q.hidden + t * q.hidden_size + col)) : make_uint4(0, 0, 0, 0), x);
     const float w = q.weights ? __ldg(q.weights + t) : 1.0f;
@@ -110,6 +113,10 @@ __global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(Pr
     for (int i = 0; i < 8; ++i) {
       if (q.weights) x[i] = quant::prepared<true>(x[i], w);
       m = amax_step(m, x[i]);
+    }
+    if (!kFp8) {
+      if (active) *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(q.x) + t * q.hidden_size + col) = pack_bf16x8(x);
+      continue;
     }
     const float scale = fp8_scale(group_max<16>(m), q.ue8m0);
     if (active) {
@@ -214,9 +221,10 @@ constexpr std::size_t gemm1_shared() {
 // Dynamic shared memory: gemm1_shared<kAct>(), each warp's ring, then the partial sums in the
 // same bytes. Three blocks per SM (12 warps): the FP8 MMAs are f16 HMMAs after F2FP conversions
 // on sm_90, so the warps issue often and more of them keep the loads flowing.
-template <Activation kAct>
+template <Activation kAct, bool kFp8>
 __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p) {
   constexpr bool kGated = kAct != Activation::relu2;
+  constexpr int kElement = kFp8 ? 1 : 2;  // bytes per value
   constexpr int kStrips = kGated ? 2 : 1;
   using R = Ring<kStrips>;
   extern __shared__ float4 shared4[];
@@ -231,12 +239,14 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
   std::uint8_t* ring = reinterpret_cast<std::uint8_t*>(shared4) + std::size_t(warp) * kGemm1Stages * R::kStage;
   const int c0 = int(blockIdx.x) * kChannels;  // activation columns [c0, c0 + 16)
   const int width = kGated ? 2 * p.inter : p.inter;
-  const int k_blocks = p.hidden / 128, w_blocks = width / 128, i_blocks = p.inter / 128;
+  // 128-byte K blocks (128 values of fp8, 64 of bf16); block scales per 128 values (fp8).
+  const int k_blocks = p.hidden * kElement / 128, w_blocks = width / 128, i_blocks = p.inter / 128;
+  const std::size_t row_bytes = std::size_t(p.hidden) * kElement;
   if (threadIdx.x < kEntryRows) token[threadIdx.x] = int(threadIdx.x) < en.rows ? p.row_token[en.row0 + threadIdx.x] : 0;
   __syncthreads();
 
-  const std::uint8_t* gate = p.w13 + (std::size_t(en.expert) * width + c0) * p.hidden;
-  const std::uint8_t* up = gate + std::size_t(p.inter) * p.hidden;
+  const std::uint8_t* gate = p.w13 + (std::size_t(en.expert) * width + c0) * row_bytes;
+  const std::uint8_t* up = gate + std::size_t(p.inter) * row_bytes;
   const float* w_scales = p.w13_scales + std::size_t(en.expert) * k_blocks * w_blocks;
   const float* sw_gate = w_scales + c0 / 128;
   const float* sw_up = w_scales + (p.inter + c0) / 128;
@@ -246,18 +256,19 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
   const int kb0 = min(warp * per_warp, k_blocks), kb1 = min(kb0 + per_warp, k_blocks);
 
   auto x_row = [&](int row, int kb) {  // row `row` of the entry at K block kb
-    return p.x + std::size_t(token[row]) * p.hidden + std::size_t(kb) * 128;
+    return p.x + std::size_t(token[row]) * row_bytes + std::size_t(kb) * 128;
   };
   auto load = [&](int i, std::uint8_t* stage) {
     const int kb = kb0 + i;
-    copy_strip(stage, gate + std::size_t(kb) * 128, p.hidden, lane);
-    if (kGated) copy_strip(stage + R::kStrip, up + std::size_t(kb) * 128, p.hidden, lane);
+    copy_strip(stage, gate + std::size_t(kb) * 128, row_bytes, lane);
+    if (kGated) copy_strip(stage + R::kStrip, up + std::size_t(kb) * 128, row_bytes, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
       const bool valid = row < en.rows;
       copy16(stage + R::kRows + swizzled(row, chunk), valid ? x_row(row, kb) + chunk * 16 : p.x, valid);
     }
+    if (!kFp8) return;
     float* scales = reinterpret_cast<float*>(stage + R::kScales);
     if (lane == 0) copy4(scales, sw_gate + std::size_t(kb) * w_blocks, true);
     if (kGated && lane == 1) copy4(scales + 1, sw_up + std::size_t(kb) * w_blocks, true);
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
   auto compute = [&](int i, const std::uint8_t* stage) {
     const int kb = kb0 + i;
     const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
-    const float w_gate = scales[0], w_up = kGated ? scales[1] : 0.0f;
+    const float w_gate = kFp8 ? scales[0] : 1.0f, w_up = kFp8 && kGated ? scales[1] : 1.0f;
     uint4 gate_lo[2], gate_hi[2], up_lo[2], up_hi[2];
     strip_operand(stage, g, t, gate_lo, gate_hi);
     if (kGated) strip_operand(stage + R::kStrip, g, t, up_lo, up_hi);
@@ -288,28 +299,31 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
       if (q >= passes) break;
       uint4 x[2];
       const int col = q * kPassRows + 2 * t;  // the two rows this thread's sums belong to
-      float sa0, sa1;
+      float sa0 = 1.0f, sa1 = 1.0f;
       if (q == 0) {
         rows_operand(stage + R::kRows, g, t, x);
-        sa0 = scales[4 + 2 * t];
-        sa1 = scales[5 + 2 * t];
+        if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
       } else {
         const bool has = q * kPassRows + g < en.rows;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           x[h] = has ? __ldg(reinterpret_cast<const uint4*>(x_row(q * kPassRows + g, kb) + h * 64 + t * 16))
                      : make_uint4(0, 0, 0, 0);
-        sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
-        sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
+        if (kFp8) {
+          sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
+          sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
+        }
       }
       float sums[4];
-      mma_block(gate_lo, gate_hi, x, sums);
+      if (kFp8) mma_block(gate_lo, gate_hi, x, sums);
+      else mma_block_bf16(gate_lo, gate_hi, x, sums);
       acc[0][q][0] += sa0 * w_gate * sums[0];
       acc[0][q][1] += sa1 * w_gate * sums[1];
       acc[0][q][2] += sa0 * w_gate * sums[2];
       acc[0][q][3] += sa1 * w_gate * sums[3];
       if (kGated) {
-        mma_block(up_lo, up_hi, x, sums);
+        if (kFp8) mma_block(up_lo, up_hi, x, sums);
+        else mma_block_bf16(up_lo, up_hi, x, sums);
         acc[kStrips - 1][q][0] += sa0 * w_up * sums[0];
         acc[kStrips - 1][q][1] += sa1 * w_up * sums[1];
         acc[kStrips - 1][q][2] += sa0 * w_up * sums[2];
@@ -350,13 +364,18 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = amax_step(m, out[j]);
     m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
-    if (r < en.rows) {
+    if (!kFp8) {  // GEMM2's input is the bf16 activation
+      if (r < en.rows)
+        *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(p.q2) + std::size_t(en.row0 + r) * p.inter + c0 + 8 * c) =
+            pack_bf16x8(out);
+    } else if (r < en.rows) {
       float* a = p.act + std::size_t(en.row0 + r) * p.inter + c0 + 8 * c;
       reinterpret_cast<float4*>(a)[0] = make_float4(out[0], out[1], out[2], out[3]);
       reinterpret_cast<float4*>(a)[1] = make_float4(out[4], out[5], out[6], out[7]);
       if (c == 0) p.act_amax[std::size_t(en.row0 + r) * (p.inter / kChannels) + blockIdx.x] = m;
     }
   }
+  if (!kFp8) return;
   // The last slice of this 128-column block to finish quantizes it.
   __threadfence();
   __syncthreads();
@@ -393,8 +412,10 @@ constexpr std::size_t kPrefetchBudget = std::size_t(16) << 20;
 constexpr std::size_t gemm2_ring_bytes() { return std::size_t(kGemm2Warps) * kGemm2Stages * Ring<1>::kStage; }
 
 // Two blocks per SM (16 warps), as gemm1_activation.
+template <bool kFp8>
 __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, int max_entries) {
   using R = Ring<1>;
+  constexpr int kElement = kFp8 ? 1 : 2;
   extern __shared__ float4 shared4[];
   std::uint8_t* base = reinterpret_cast<std::uint8_t*>(shared4);
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
@@ -402,16 +423,17 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
   int* work = reinterpret_cast<int*>(base + gemm2_ring_bytes());
   float* strip = reinterpret_cast<float*>(work + 3 * ((max_entries + 3) / 4 * 4));
   const int n0 = int(blockIdx.x) * kChannels;
-  const int k_blocks = p.inter / 128, n_blocks = p.hidden / 128;
+  const int k_blocks = p.inter * kElement / 128, n_blocks = p.hidden / 128;
+  const std::size_t row_bytes = std::size_t(p.inter) * kElement;
   // The plan finished before gemm1_activation let this grid launch: its work list can be read
   // now, and the first weight strips fetched into L2 while GEMM1 ends (within the budget).
   const int entries = p.work[0];
   for (int i = int(threadIdx.x); i < 3 * entries; i += int(blockDim.x)) work[i] = p.work[1 + i];
-  const std::size_t strip_bytes = std::size_t(kChannels) * p.inter;
+  const std::size_t strip_bytes = kChannels * row_bytes;
   const int prefetched = int(kPrefetchBudget / (strip_bytes * gridDim.x));
   if (warp < min(entries, prefetched) && lane == 0) {
     const Entry en = entry(p, warp);
-    const std::uint8_t* w = p.w2 + (std::size_t(en.expert) * p.hidden + n0) * p.inter;
+    const std::uint8_t* w = p.w2 + (std::size_t(en.expert) * p.hidden + n0) * row_bytes;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(unsigned(strip_bytes)) : "memory");
   }
   __syncthreads();
@@ -428,17 +450,17 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
   Entry e = mine > 0 ? entry_of(0) : Entry{0, 0, 0};
   auto load = [&](int, std::uint8_t* stage) {
     const int kb = load_kb;
-    copy_strip(stage, p.w2 + (std::size_t(e.expert) * p.hidden + n0) * p.inter + std::size_t(kb) * 128, p.inter, lane);
-    const std::uint8_t* x = p.q2 + std::size_t(e.row0) * p.inter + std::size_t(kb) * 128;
+    copy_strip(stage, p.w2 + (std::size_t(e.expert) * p.hidden + n0) * row_bytes + std::size_t(kb) * 128, row_bytes, lane);
+    const std::uint8_t* x = p.q2 + std::size_t(e.row0) * row_bytes + std::size_t(kb) * 128;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
       const bool valid = row < e.rows;
-      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x + std::size_t(row) * p.inter + chunk * 16 : p.q2, valid);
+      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x + row * row_bytes + chunk * 16 : p.q2, valid);
     }
     float* scales = reinterpret_cast<float*>(stage + R::kScales);
-    if (lane == 0) copy4(scales, p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128, true);
-    if (lane >= 8 && lane < 16) {
+    if (kFp8 && lane == 0) copy4(scales, p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128, true);
+    if (kFp8 && lane >= 8 && lane < 16) {
       const int row = lane - 8;
       const bool valid = row < e.rows;
       copy4(scales + 4 + row, valid ? p.s2 + std::size_t(e.row0 + row) * k_blocks + kb : p.s2, valid);
@@ -463,7 +485,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
     }
     const int passes = (en.rows + kPassRows - 1) / kPassRows;
     const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
-    const float sw = scales[0];
+    const float sw = kFp8 ? scales[0] : 1.0f;
     uint4 w_lo[2], w_hi[2];
     strip_operand(stage, g, t, w_lo, w_hi);
 #pragma unroll
@@ -471,21 +493,23 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
       if (q >= passes) break;
       uint4 x[2];
       const int col = q * kPassRows + 2 * t;
-      float sa0, sa1;
+      float sa0 = 1.0f, sa1 = 1.0f;
       if (q == 0) {
         rows_operand(stage + R::kRows, g, t, x);
-        sa0 = scales[4 + 2 * t];
-        sa1 = scales[5 + 2 * t];
+        if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
       } else {
         const bool has = q * kPassRows + g < en.rows;
-        const std::uint8_t* xr = p.q2 + std::size_t(en.row0 + q * kPassRows + g) * p.inter + std::size_t(kb) * 128 + t * 16;
+        const std::uint8_t* xr = p.q2 + std::size_t(en.row0 + q * kPassRows + g) * row_bytes + std::size_t(kb) * 128 + t * 16;
 #pragma unroll
         for (int h = 0; h < 2; ++h) x[h] = has ? __ldg(reinterpret_cast<const uint4*>(xr + h * 64)) : make_uint4(0, 0, 0, 0);
-        sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
-        sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
+        if (kFp8) {
+          sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
+          sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
+        }
       }
       float sums[4];
-      mma_block(w_lo, w_hi, x, sums);
+      if (kFp8) mma_block(w_lo, w_hi, x, sums);
+      else mma_block_bf16(w_lo, w_hi, x, sums);
       acc[q][0] += sa0 * sw * sums[0];
       acc[q][1] += sa1 * sw * sums[1];
       acc[q][2] += sa0 * sw * sums[2];

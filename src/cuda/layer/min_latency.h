@@ -6,8 +6,8 @@
 //   2. GEMM1 + activation + requantization (A rows read by token: no gather pass)
 //   3. GEMM2 + the weighted combine in slot order (no expert_out, no finalize kernel)
 // Each is a programmatic dependent launch of the one before (the first, of routing); everything
-// stays on the device (CUDA-graph capturable). fp8-block weights; sums of 32 products per MMA,
-// f32 across them.
+// stays on the device (CUDA-graph capturable). fp8-block weights (sums of 32 products per MMA,
+// f32 across them) or bf16 (m16n8k16 MMAs, no scales).
 #pragma once
 
 #include <cstddef>
@@ -48,10 +48,10 @@ struct Args {
   const float* topk_weights = nullptr;     // [T, k]: on the output, or (k = 1) the input; null: none
   std::int32_t* slot_rows = nullptr;       // [T, k] written (the plan's)
   const bf16* hidden = nullptr;            // [T, H]
-  const void* w13 = nullptr;               // [E_local, W, H] e4m3
-  const float* w13_scales = nullptr;       // [E_local, H / 128, W / 128]
-  const void* w2 = nullptr;                // [E_local, H, I] e4m3
-  const float* w2_scales = nullptr;        // [E_local, I / 128, H / 128]
+  const void* w13 = nullptr;               // [E_local, W, H] e4m3 or bf16
+  const float* w13_scales = nullptr;       // [E_local, H / 128, W / 128] (fp8)
+  const void* w2 = nullptr;                // [E_local, H, I] e4m3 or bf16
+  const float* w2_scales = nullptr;        // [E_local, I / 128, H / 128] (fp8)
   bf16* out = nullptr;                     // [T, H]
 };
 
