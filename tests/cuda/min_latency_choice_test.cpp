@@ -40,6 +40,8 @@ TEST(MinLatencyChoice, Bf16TakesItWithBlocksOf64) {
   MoEConfig bf16 = kQwen3;
   bf16.quant.scheme = QuantScheme::bf16;
   EXPECT_TRUE(choice(bf16, 1).taken) << choice(bf16, 1).reason;
+  EXPECT_TRUE(choice(bf16, 8).taken) << choice(bf16, 8).reason;  // 1/2 row per expert
+  EXPECT_FALSE(choice(bf16, 9).taken);
   MoEConfig gpt_oss = fp8_block(128, 4, 2880, 2880);  // H, I = 45 blocks of 64
   gpt_oss.quant.scheme = QuantScheme::bf16;
   EXPECT_TRUE(choice(gpt_oss, 1).taken) << choice(gpt_oss, 1).reason;

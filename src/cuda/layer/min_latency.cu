@@ -149,10 +149,11 @@ Choice choose(const Problem& p) {
   const Status s = can_implement(p);
   if (!s) return {false, "staged path: " + s.reason()};
   const double per_expert = double(slots(p)) / double(p.config.local_experts());
+  const double bound = p.config.quant.scheme == QuantScheme::bf16 ? kAutoRowsPerExpertBf16 : kAutoRowsPerExpertFp8;
   char rule[160];
   std::snprintf(rule, sizeof rule, "T·k / E_local = %.4g rows per expert %s %.4g", per_expert,
-                per_expert > p.auto_rows_per_expert ? ">" : "<=", p.auto_rows_per_expert);
-  if (per_expert > p.auto_rows_per_expert)
+                per_expert > bound ? ">" : "<=", bound);
+  if (per_expert > bound)
     return {false, "staged path: " + std::string(rule) + " (where the min-latency path stops winning)"};
   return {true, "min-latency path: " + std::string(rule)};
 }

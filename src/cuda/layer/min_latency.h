@@ -21,16 +21,16 @@ namespace moekit::cuda::min_latency {
 // T·k bound of the path (the combine keeps a channel strip of every row in shared memory).
 inline constexpr std::int64_t kMaxSlots = 512;
 // The automatic rule: at most this many rows per local expert on average (T·k / E_local). On the
-// H200 (docs/PERF.md, decode) the path is faster up to 1/8 (qwen3-30b-a3b T=1: 35.3 µs against
+// H200 (docs/PERF.md, decode) fp8-block is faster up to 1/8 (qwen3-30b-a3b T=1: 35.3 µs against
 // 49.8; deepseek-v3 T=1-4), level at 1/4 (deepseek-v3 T=8) and slower beyond: its FP8 warp MMAs
-// are F2FP conversions plus f16 HMMAs on sm_90, which the staged GEMMs' WGMMAs are not.
-inline constexpr double kAutoRowsPerExpert = 0.125;
+// are F2FP conversions plus f16 HMMAs on sm_90, which the staged GEMMs' WGMMAs are not. bf16's
+// MMAs are native: faster at every T measured, up to 1/2 (qwen3-30b-a3b T=8: 152.6 against 173.2).
+inline constexpr double kAutoRowsPerExpertFp8 = 0.125;
+inline constexpr double kAutoRowsPerExpertBf16 = 0.5;
 
 struct Problem {
   MoEConfig config;
   std::int64_t tokens = 0;
-  // Rows per expert at or under which `automatic` takes the path (tests move it).
-  double auto_rows_per_expert = kAutoRowsPerExpert;
 };
 
 Status can_implement(const Problem& problem);
