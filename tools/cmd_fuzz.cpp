@@ -65,12 +65,30 @@ struct Campaign {
   std::uint64_t seed = 0;
   std::int64_t requested = 0, run = 0, valid = 0, failed = 0;
   bool stopped_by_time = false;
+  bool device_lost = false;  // a case broke the device: the campaign stopped there
   double seconds = 0.0;
   std::map<std::string, Tally> modes;          // valid cases
   std::map<std::string, std::int64_t> rules;   // failed checks, by name
   std::vector<std::string> failures;           // their lines
   std::vector<std::uint64_t> failed_seeds;
 };
+
+// After an error on a GPU: whether the device still works. A fault in a kernel (an illegal
+// address, say) leaves the CUDA context broken, and every case after it would fail for that.
+bool device_works(const std::string& backend) {
+  if (backend == "cpu") return true;
+  try {
+    Tensor one(DType::f32, {1});
+    one.ptr<float>()[0] = 1.0f;
+    DeviceTensor t(DType::f32, {1}, Device::cuda);
+    t.copy_from(one.view());
+    synchronize(Device::cuda);
+    t.copy_to(one.view());
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 std::string verdict(const Outcome& o) {
   if (o.pass()) return "PASS";
@@ -92,7 +110,8 @@ void write_json(const std::string& path, const Campaign& k) {
     << ", \"backend\": " << json_string(k.backend) << ", \"seed\": " << k.seed << ", \"cases_requested\": " << k.requested
     << ", \"cases_run\": " << k.run << ", \"valid\": " << k.valid << ", \"invalid\": " << k.run - k.valid
     << ", \"passed\": " << k.run - k.failed << ", \"failed\": " << k.failed
-    << ", \"stopped_by_time_limit\": " << (k.stopped_by_time ? "true" : "false") << ", \"seconds\": " << json_number(k.seconds)
+    << ", \"stopped_by_time_limit\": " << (k.stopped_by_time ? "true" : "false")
+    << ", \"device_lost\": " << (k.device_lost ? "true" : "false") << ", \"seconds\": " << json_number(k.seconds)
     << ",\n \"failed_checks\": {";
   bool first = true;
   for (const auto& [rule, n] : k.rules) j << (first ? "" : ", ") << json_string(rule) << ": " << n, first = false;
@@ -120,7 +139,7 @@ void print_summary(const Campaign& k) {
               k.stopped_by_time ? (" (stopped by --time-limit; " + std::to_string(k.requested) + " asked)").c_str() : "");
   std::printf("  %-22s %7s %7s %12s %12s %10s\n", "mode", "cases", "failed", "global/tol", "ideal_ratio", "worst_row");
   for (const auto& [mode, t] : k.modes)
-    std::printf("  %-22s %7lld %7lld %12.3f %12.4f %10.2e\n", mode.c_str(), static_cast<long long>(t.cases),
+    std::printf("  %-22s %7lld %7lld %12.4g %12.6g %10.3g\n", mode.c_str(), static_cast<long long>(t.cases),
                 static_cast<long long>(t.failed), t.worst_global, t.worst_ideal_ratio, t.worst_row);
   if (k.failed == 0) {
     std::printf("fuzz: PASS %lld cases, 0 failed\n", static_cast<long long>(k.run));
@@ -207,6 +226,12 @@ int cmd_fuzz(int argc, char** argv) {
     if (!failures_only || !o.pass()) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
+    }
+    if (std::find(o.failed.begin(), o.failed.end(), "error") != o.failed.end() && !device_works(k.backend)) {
+      std::printf("fuzz: the %s device no longer works after case %lld (seed %llu): the cases after it were not run\n",
+                  k.backend.c_str(), static_cast<long long>(i), static_cast<unsigned long long>(c.seed));
+      k.device_lost = true;
+      break;
     }
   }
   k.seconds = elapsed();

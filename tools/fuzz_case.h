@@ -110,6 +110,7 @@ struct Case {
   double hidden_scale = 1.0;   // |x| up to ~4e4 (outliers: 1e4)
   int weight_exponent = 0;     // real weights times 2^weight_exponent (FP8: their scales)
   bool static_scales = false;  // fp8-tensor: static activation scales
+  bool larger_call_first = false;  // the layer runs a batch of 2T + 5 tokens (its first T these) first
   Breaks breaks = Breaks::nothing;
 
   bool valid() const { return breaks == Breaks::nothing; }

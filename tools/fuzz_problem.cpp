@@ -1,6 +1,7 @@
 #include "fuzz_problem.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "moekit/routing.h"
@@ -33,7 +34,7 @@ void scale_weights(core::SyntheticLayer& l, int exponent) {
     for (std::int64_t i = 0; i < t->numel(); ++i) t->ptr<float>()[i] *= factor;
 }
 
-Tensor make_hidden(const Case& c) {
+Tensor make_hidden(const Case& c) {  // the case's T tokens
   const std::int64_t tokens = c.tokens, h = c.config.hidden_size;
   Tensor x = core::make_hidden(tokens, h, seed_of(c, kHidden));
   bf16* v = x.ptr<bf16>();
@@ -89,7 +90,7 @@ Tensor make_logits(const Case& c) {
 }
 
 // External routing: the CPU router's (softmax_topk_renorm for the method external), then edited.
-void make_routing(const Case& c, Problem& p) {
+void make_routing(const Case& c, const TensorView& bias, Inputs& p) {
   const MoEConfig& m = c.config;
   const std::int64_t tokens = c.tokens, k = m.top_k();
   p.topk_ids = Tensor(DType::i32, {tokens, k});
@@ -106,8 +107,7 @@ void make_routing(const Case& c, Problem& p) {
   }
   RoutingConfig r = m.routing;
   if (r.method == RoutingMethod::external) r.method = RoutingMethod::softmax_topk_renorm;
-  route(r, {p.logits.view(), r.uses_bias() ? p.layer.e_score_correction_bias.view() : TensorView{}},
-        {p.topk_ids.view(), p.topk_weights.view()});
+  route(r, {p.logits.view(), r.uses_bias() ? bias : TensorView{}}, {p.topk_ids.view(), p.topk_weights.view()});
   // One expert: half the time one of this rank's (under EP), else any.
   const std::int64_t one = m.ep_size > 1 && d.chance(0.5) ? m.first_local_expert() + d.between(0, m.local_experts() - 1)
                                                           : d.between(0, m.num_experts - 1);
@@ -118,12 +118,33 @@ void make_routing(const Case& c, Problem& p) {
   }
 }
 
-// fp8-tensor static scales around what the data needs: some clip, some leave few levels.
+// fp8-tensor static scales within 2^±3 of what the data needs (some clip, some leave few levels):
+// the hidden states' amax, and the activation's estimated from it (GEMM1 keeps the scale of x
+// times that of the weights, 2^weight_exponent; the gated activations square it, swiglu_oai clamps).
 void make_static_scales(const Case& c, Problem& p) {
   Draw d(seed_of(c, kScales));
-  const double hidden_amax = 4.0 * c.hidden_scale * (c.hidden == Hidden::outliers ? 2500.0 : 1.0);
-  p.w13_input_scale = scalar(float(hidden_amax / 448.0 * std::pow(2.0, d.between(-3, 3))));
-  p.w2_input_scale = scalar(float(std::pow(10.0, -6.0 + 8.0 * d.unit()) / 448.0));
+  const double x = 4.0 * c.hidden_scale, hidden_amax = c.hidden == Hidden::outliers ? std::max(x, 1e4) : x;
+  const double g = x * std::ldexp(1.0, c.weight_exponent);
+  const double act_amax = c.config.activation == Activation::swiglu_oai ? std::min(g, 7.0) * (std::min(g, 7.0) + 1.0) : g * g;
+  p.w13_input_scale = scalar(float(hidden_amax / 448.0 * std::ldexp(1.0, int(d.between(-3, 3)))));
+  p.w2_input_scale = scalar(float(std::max(act_amax, 1e-30) / 448.0 * std::ldexp(1.0, int(d.between(-3, 3)))));
+}
+
+Inputs make_inputs(const Case& c, const TensorView& bias) {
+  Inputs in;
+  in.hidden = make_hidden(c);
+  in.logits = make_logits(c);
+  if (!c.fused) make_routing(c, bias, in);
+  return in;
+}
+
+// Rows of a then rows of b (both [*, n], one dtype); absent stays absent.
+Tensor stacked(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return Tensor();
+  Tensor t(a.dtype(), {a.size(0) + b.size(0), a.size(1)});
+  std::memcpy(t.view().data, a.view().data, a.nbytes());
+  std::memcpy(static_cast<std::byte*>(t.view().data) + a.nbytes(), b.view().data, b.nbytes());
+  return t;
 }
 
 }  // namespace
@@ -140,10 +161,17 @@ Problem make_problem(const Case& c) {
   p.layer = core::make_synthetic_layer(c.config, c.seed);
   scale_weights(p.layer, c.weight_exponent);
   if (c.static_scales) make_static_scales(c, p);
-  p.hidden = make_hidden(c);
-  p.logits = make_logits(c);
-  if (!c.fused) make_routing(c, p);
+  p.in = make_inputs(c, p.layer.e_score_correction_bias.view());
   return p;
+}
+
+Inputs larger_batch(const Case& c, const Problem& p) {
+  Case more = c;
+  more.seed = mix(c.seed ^ 0x6c6172676572ull);
+  more.tokens = c.tokens + 5;
+  const Inputs extra = make_inputs(more, p.layer.e_score_correction_bias.view());
+  return {stacked(p.in.hidden, extra.hidden), stacked(p.in.logits, extra.logits), stacked(p.in.topk_ids, extra.topk_ids),
+          stacked(p.in.topk_weights, extra.topk_weights)};
 }
 
 void ScaledMaster::row(core::Projection which, std::int64_t local_expert, std::int64_t n, double* out) const {

@@ -31,12 +31,13 @@ Tensor to_host(const DeviceTensor& d) {
   return t;
 }
 
+// Elements of b whose bits differ from a's first b.numel() (a's leading rows, when it is larger).
 std::int64_t bit_differences(const Tensor& a, const Tensor& b) {
   const std::size_t size = dtype_size(a.dtype());
   const auto* pa = static_cast<const unsigned char*>(a.view().data);
   const auto* pb = static_cast<const unsigned char*>(b.view().data);
   std::int64_t n = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) n += std::memcmp(pa + std::size_t(i) * size, pb + std::size_t(i) * size, size) != 0;
+  for (std::int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i) n += std::memcmp(pa + std::size_t(i) * size, pb + std::size_t(i) * size, size) != 0;
   return n;
 }
 
@@ -62,14 +63,14 @@ struct Forward {
 };
 
 // One call on the layer's device: inputs copied there, outputs poisoned, results copied back.
-Forward forward(Layer& layer, const Case& c, const Problem& p) {
+Forward forward(Layer& layer, const Case& c, const Inputs& in) {
   const Device d = layer.device();
-  const std::int64_t t = c.tokens, k = c.config.top_k();
-  DeviceTensor hidden = on(d, p.hidden), out = on(d, poisoned(DType::bf16, {t, c.config.hidden_size}));
-  DeviceTensor ids = c.fused ? on(d, poisoned(DType::i32, {t, k})) : on(d, p.topk_ids);
-  DeviceTensor weights = c.fused ? on(d, poisoned(DType::f32, {t, k})) : on(d, p.topk_weights);
+  const std::int64_t t = in.hidden.size(0), k = c.config.top_k();
+  DeviceTensor hidden = on(d, in.hidden), out = on(d, poisoned(DType::bf16, {t, c.config.hidden_size}));
+  DeviceTensor ids = c.fused ? on(d, poisoned(DType::i32, {t, k})) : on(d, in.topk_ids);
+  DeviceTensor weights = c.fused ? on(d, poisoned(DType::f32, {t, k})) : on(d, in.topk_weights);
   if (c.fused) {
-    const DeviceTensor logits = on(d, p.logits);
+    const DeviceTensor logits = on(d, in.logits);
     layer.forward(FusedArgs{hidden.view(), logits.view(), out.view(), ids.view(), weights.view()});
   } else {
     layer.forward(ExternalArgs{hidden.view(), ids.view(), weights.view(), out.view()});
@@ -78,10 +79,10 @@ Forward forward(Layer& layer, const Case& c, const Problem& p) {
   return {to_host(out), to_host(ids), to_host(weights)};
 }
 
-bool finite_logits(const Problem& p, std::int64_t token) {
-  const std::int64_t e = p.logits.size(1);
+bool finite_logits(const Tensor& logits, std::int64_t token) {
+  const std::int64_t e = logits.size(1);
   for (std::int64_t i = token * e; i < (token + 1) * e; ++i) {
-    const float v = p.logits.dtype() == DType::f32 ? p.logits.ptr<float>()[i] : bf16_to_float(p.logits.ptr<bf16>()[i]);
+    const float v = logits.dtype() == DType::f32 ? logits.ptr<float>()[i] : bf16_to_float(logits.ptr<bf16>()[i]);
     if (!std::isfinite(v)) return false;
   }
   return true;
@@ -95,13 +96,13 @@ void check_routing(const Case& c, const Problem& p, const Forward& f, const Targ
   const std::int64_t tokens = c.tokens, k = c.config.top_k();
   const Tensor ids = poisoned(DType::i32, {tokens, k}), weights = poisoned(DType::f32, {tokens, k});
   const RoutingConfig& r = c.config.routing;
-  route(r, {p.logits.view(), r.uses_bias() ? p.layer.e_score_correction_bias.view() : TensorView{}},
+  route(r, {p.in.logits.view(), r.uses_bias() ? p.layer.e_score_correction_bias.view() : TensorView{}},
         {ids.view(), weights.view()});
   const std::int64_t max_ulp = target.backend == "cpu" ? 0 : 4;
   std::int64_t wrong_ids = 0, wrong_weights = 0;
   std::string first_id, first_weight;
   for (std::int64_t t = 0; t < tokens; ++t) {
-    const bool finite = finite_logits(p, t);
+    const bool finite = finite_logits(p.in.logits, t);
     for (std::int64_t j = 0; j < k; ++j) {
       const std::int64_t i = t * k + j;
       const std::int32_t got = f.ids.ptr<std::int32_t>()[i], want = ids.ptr<std::int32_t>()[i];
@@ -121,13 +122,22 @@ void check_routing(const Case& c, const Problem& p, const Forward& f, const Targ
     o.fail("weights", std::to_string(wrong_weights) + " weights beyond " + std::to_string(max_ulp) + " ulp, first " + first_weight);
 }
 
+// A token's output bits do not depend on its batch: batch-invariant layers (DESIGN §8), and on the
+// CPU (one token at a time) every layer but fp8-tensor with dynamic scales (the batch's amax).
+bool batch_independent(const Case& c, const Target& target) {
+  const bool batch_scale = c.config.quant.scheme == QuantScheme::fp8_tensor && !c.static_scales;
+  return c.config.batch_invariant || (target.backend == "cpu" && !batch_scale);
+}
+
 void run_valid(const Case& c, const Target& target, Outcome& o) {
   const Problem p = make_problem(c);
   Layer layer(c.config, p.weights(), options_for(c.config, target.backend));
-  const Forward f = forward(layer, c, p);
+  std::optional<Forward> larger;
+  if (c.larger_call_first) larger = forward(layer, c, larger_batch(c, p));
+  const Forward f = forward(layer, c, p.in);
   check_routing(c, p, f, target, o);
 
-  const cpu::ReferenceInputs in{c.config, p.weights(), p.hidden.view(), f.ids.view(), f.weights.view()};
+  const cpu::ReferenceInputs in{c.config, p.weights(), p.in.hidden.view(), f.ids.view(), f.weights.view()};
   Tensor ref(DType::bf16, {c.tokens, c.config.hidden_size});
   cpu::pipeline_reference(in, ref.view());
   const std::vector<double> ideal = cpu::ideal_reference(in, ScaledMaster(c));
@@ -137,14 +147,21 @@ void run_valid(const Case& c, const Target& target, Outcome& o) {
   // fp8-tensor's one dynamic scale on a device: its global figure within kDynamicTensorTolerance.
   const bool dynamic_tensor =
       c.config.quant.scheme == QuantScheme::fp8_tensor && !c.static_scales && target.backend != "cpu";
+  bool check_failed = false;
   for (const core::CheckRule rule : r.failed) {
     if (rule == core::CheckRule::global && dynamic_tensor && r.rel_err <= core::kDynamicTensorTolerance) continue;
-    o.fail(std::string(core::to_string(rule)), "check " + r.verdict());
+    o.failed.push_back(std::string(core::to_string(rule)));
+    check_failed = true;
   }
+  if (check_failed) o.details += "; check " + r.verdict();
+  else if (!r.pass()) o.details += "; fp8-tensor dynamic scale: global within " + std::to_string(core::kDynamicTensorTolerance);
   if (target.backend == "cpu")  // the same quantization points and arithmetic order
-    if (const std::int64_t n = bit_differences(f.out, ref))
+    if (const std::int64_t n = bit_differences(ref, f.out))
       o.fail("bits", std::to_string(n) + " elements differ from the pipeline reference's bits");
-  if (const std::int64_t n = bit_differences(forward(layer, c, p).out, f.out))
+  if (larger && batch_independent(c, target))
+    if (const std::int64_t n = bit_differences(larger->out, f.out))
+      o.fail("batch", std::to_string(n) + " elements differ from the same tokens' in the larger batch before");
+  if (const std::int64_t n = bit_differences(forward(layer, c, p.in).out, f.out))
     o.fail("repeat", std::to_string(n) + " elements differ in a second call (DESIGN §8: deterministic)");
 }
 

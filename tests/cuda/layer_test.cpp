@@ -263,6 +263,7 @@ TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
   c.path = ExpertsPath::min_latency;
   c.experts = 16, c.hidden = 256, c.inter = 256, c.tokens = 4, c.top_k = 2;
   const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer lw = make_test_layer(c, seed);
   const Inputs in = make_inputs(c, lw, seed);
   Layer layer(config_of(c), lw.weights(), on_cuda());
