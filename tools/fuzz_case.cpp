@@ -146,7 +146,10 @@ void draw_inputs(Draw& d, Case& c) {
   if (u < 0.2) c.weight_exponent = int(d.between(-20, 12));
   else if (u < 0.3) c.weight_exponent = int(d.between(-63, 20));
   c.static_scales = c.config.quant.scheme == QuantScheme::fp8_tensor && d.chance(0.3);
-  c.larger_call_first = d.chance(0.3) && 2 * c.tokens + 5 <= kManyTokens;
+  // (A forced min-latency layer refuses a call past T·k = 512: the larger one stays within it.)
+  const bool min_latency = c.config.experts_path == ExpertsPath::min_latency;
+  c.larger_call_first = d.chance(0.3) && 2 * c.tokens + 5 <= kManyTokens &&
+                        (!min_latency || (2 * c.tokens + 5) * c.config.top_k() <= 512);
 }
 
 bool applies(Breaks b, const Case& c) {
