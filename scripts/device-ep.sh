@@ -10,6 +10,10 @@
 #   MOEKIT_EP_IDENTITY="deepseek-v3:256 qwen3-30b-a3b:256"   preset:tokens (the whole batch)
 #   MOEKIT_EP_BENCH_TOKENS=128,4096  tokens per rank
 set -uo pipefail
+# A fresh seed per run for the tests' random data (fixed in CI), printed so that a failure replays
+# with MOEKIT_TEST_SEED=N.
+export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
 mkdir -p "$out"

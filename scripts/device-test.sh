@@ -23,6 +23,10 @@ logs="${MOEKIT_LOG_DIR:-/tmp/moekit-device-logs}"
 mkdir -p "$logs"
 steps="${MOEKIT_STEPS:-tests sanitize bench gemm layer decode}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# A fresh seed per run for the tests' random data (fixed in CI), printed so that a failure replays
+# with MOEKIT_TEST_SEED=N.
+export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1
 
 bin=""
@@ -130,6 +134,7 @@ fi
 
 echo
 echo "== summary"
+echo "test seed: MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status | gemm: $gemm_status | layer: $layer_status"
 [ -f "$logs/bench.log" ] && grep "^|" "$logs/bench.log"
 [ -f "$out/gemm.log" ] && cat "$out/gemm.log"

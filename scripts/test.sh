@@ -3,9 +3,15 @@
 # a Release build (with CUDA when nvcc exists; GPU tests skip without a GPU) and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code — then fuzzes each
 # parser for MOEKIT_FUZZ_SECONDS (default 60; 0 skips) with clang's libFuzzer (scripts/fuzz.sh).
+# The random tests use one fixed seed (MOEKIT_TEST_SEED, default below); ctest includes the
+# 200-case CPU smoke of `moekit fuzz` (cli_fuzz_smoke).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/bootstrap.sh" --tests
+# Fixed seeds in CI: every test that draws random data draws it from this seed (tests/test_util.h
+# fresh_seed), so a CI run is reproducible; the device scripts draw a fresh one per run.
+export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-20261201}"
+echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 
 echo "== release build =="
 "$root/scripts/build.sh" "$root/build"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "moekit/tensor.h"
@@ -16,10 +17,17 @@ inline std::string data_path(const std::string& relative) {
   return std::string(MOEKIT_TEST_DATA) + "/" + relative;
 }
 
-// A fresh seed per call, so every comparison draws new data (printed on failure by callers).
-// MOEKIT_TEST_SEED=N makes every call return N: a printed failure runs again as it was.
+// A fresh seed per call, so every comparison draws new data (each caller prints it on failure,
+// SCOPED_TRACE("seed ...")). MOEKIT_TEST_SEED=N makes every call return N: a printed failure runs
+// again as it was. CI fixes it (scripts/test.sh); the device scripts draw one per run and print it.
 inline std::uint64_t fresh_seed() {
-  if (const char* fixed = std::getenv("MOEKIT_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
+  if (const char* fixed = std::getenv("MOEKIT_TEST_SEED")) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(fixed, &end, 10);
+    if (*fixed < '0' || *fixed > '9' || *end != '\0')  // a typo must not turn into seed 0 silently
+      throw std::invalid_argument(std::string("MOEKIT_TEST_SEED: expected a decimal integer, given '") + fixed + "'");
+    return v;
+  }
   static std::random_device device;
   return (std::uint64_t(device()) << 32) ^ device();
 }

@@ -10,9 +10,8 @@
 #include "moekit/moekit.h"
 
 namespace moekit::cli {
-namespace {
 
-std::string quoted(const std::string& s) {
+std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
     if (c == '"' || c == '\\') out += '\\';
@@ -27,13 +26,18 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string number(double v) {
+std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream s;
   s.precision(7);
   s << v;
   return s.str();
 }
+
+namespace {
+
+std::string quoted(const std::string& s) { return json_string(s); }
+std::string number(double v) { return json_number(v); }
 
 }  // namespace
 

@@ -28,6 +28,10 @@ struct BenchRecord {
   std::vector<BenchCase> cases;
 };
 
+// A JSON string literal of s, and a number (null when not finite).
+std::string json_string(const std::string& s);
+std::string json_number(double v);
+
 // The version, the git commit the binary was built from, the machine and every case.
 void write_bench_json(const std::string& path, const BenchRecord& record);
 

@@ -88,7 +88,7 @@ std::string CheckResult::figures() const {
          (bounds_ideal_ratio(quant) ? " (<=" + printed("%g", kIdealRatio) + ")" : " (bf16: not bounded)");
   s += " worst_row=" + printed("%.2e", worst_row) + " (<=" + printed("%g", kRowTolerance);
   if (worst_row_index >= 0) s += ", token " + std::to_string(worst_row_index);
-  s += ") nonfinite=" + std::to_string(nonfinite);
+  s += ") nan=" + std::to_string(nan) + " inf=" + std::to_string(inf);
   if (reference_nonfinite > 0) s += " (" + std::to_string(reference_nonfinite) + " reference elements not finite, left out)";
   return s;
 }
@@ -112,7 +112,8 @@ CheckResult check_output(const CheckArgs& a) {
         ++r.reference_nonfinite;
         continue;
       }
-      if (!std::isfinite(o)) ++r.nonfinite;
+      if (std::isnan(o)) ++r.nan;
+      if (std::isinf(o)) ++r.inf;
       const double e = (o - p) * (o - p);
       row_err2[std::size_t(t)] += e;
       row_ref2[std::size_t(t)] += p * p;
@@ -142,7 +143,7 @@ CheckResult check_output(const CheckArgs& a) {
     if (r.worst_row_index < 0 || worse(err, r.worst_row)) r.worst_row = err, r.worst_row_index = t;
   }
 
-  if (r.nonfinite > 0) r.failed.push_back(CheckRule::finite);
+  if (r.nan > 0 || r.inf > 0) r.failed.push_back(CheckRule::finite);
   if (!(r.rel_err <= r.tolerance)) r.failed.push_back(CheckRule::global);
   if (r.has_ideal && bounds_ideal_ratio(a.quant) && !(r.ideal_ratio <= kIdealRatio)) r.failed.push_back(CheckRule::ideal);
   if (!(r.worst_row <= kRowTolerance)) r.failed.push_back(CheckRule::row);

@@ -24,6 +24,16 @@ inline constexpr double kIdealRatio = 1.02;    // FP8: ‖out − ideal‖ / ‖
 inline constexpr double kRowTolerance = 0.1;   // every token row against its reference row
 inline constexpr double kRowNormFloor = 1e-3;  // of the mean row norm: the least denominator of a row
 
+// fp8-tensor with a dynamic activation scale, on a device: one scale, made from the largest
+// activation of the whole batch, quantizes every intermediate value. When the device's and the
+// CPU's GEMM1 round that one largest value to different bf16 neighbours (1 in ~100 runs of small
+// layers, from the tensor core's reduced-precision sums), every value is divided by a scale 2^-8
+// off and a few % of the FP8 codes move one step: 2e-2 measured on the H200 against the pipeline
+// reference. Such an output is as good a quantization as the reference's, so the GPU tests and
+// `moekit fuzz` hold its global figure to this bound instead, and its other rules (the ideal
+// ratio among them) stand; static scales and every other scheme meet the whole rule.
+inline constexpr double kDynamicTensorTolerance = 3e-2;
+
 // The rules, in the order the check line names them.
 enum class CheckRule : std::uint8_t { finite, global, ideal, row };
 std::string_view to_string(CheckRule rule);
@@ -57,9 +67,10 @@ struct CheckResult {
   // The worst token row: ‖out_t − ref_t‖ / max(‖ref_t‖, 1e-3 · mean row norm).
   double worst_row = 0.0;
   std::int64_t worst_row_index = -1;  // -1: no rows
-  // Elements of out that are NaN or Inf where the reference is finite (they stay in the norms,
-  // which become NaN or Inf). Elements where a reference is not finite are left out of the norms.
-  std::int64_t nonfinite = 0;
+  // Elements of out that are NaN, and that are ±Inf, where the reference is finite (they stay in
+  // the norms, which become NaN or Inf). Elements where a reference is not finite are left out
+  // of the norms and counted apart.
+  std::int64_t nan = 0, inf = 0;
   std::int64_t reference_nonfinite = 0;
   std::vector<CheckRule> failed;  // empty: passed
 
@@ -67,7 +78,7 @@ struct CheckResult {
   bool passed(CheckRule rule) const;
   // "PASS" or "FAIL [global, row]".
   std::string verdict() const;
-  // "rel_err=4.9e-03 tol=1.0e-02 q=4.3e-02 ideal_ratio=1.0002 (<=1.02) worst_row=3.1e-02 (<=0.1) nonfinite=0"
+  // "rel_err=4.9e-03 tol=1.0e-02 q=4.3e-02 ideal_ratio=1.0002 (<=1.02) worst_row=3.1e-02 (<=0.1) nan=0 inf=0"
   std::string figures() const;
   std::string to_string() const { return verdict() + " " + figures(); }
 };

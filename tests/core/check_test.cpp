@@ -123,13 +123,18 @@ TEST_P(CoreCheck, FailsTheRulesTheCaseBreaksAndNoOther) {
     EXPECT_NE(r.figures().find("ideal=skipped (no ideal reference)"), std::string::npos) << r.figures();
   }
   if (c.edit == Edit::nan_out || c.edit == Edit::inf_out) {
-    EXPECT_EQ(r.nonfinite, 1);
+    // NaN and Inf are counted apart, and the check line names both.
+    EXPECT_EQ(r.nan, c.edit == Edit::nan_out ? 1 : 0);
+    EXPECT_EQ(r.inf, c.edit == Edit::inf_out ? 1 : 0);
+    EXPECT_NE(r.figures().find(c.edit == Edit::nan_out ? " nan=1 inf=0" : " nan=0 inf=1"), std::string::npos)
+        << r.figures();
     EXPECT_FALSE(std::isfinite(r.rel_err)) << "a NaN or Inf must never read as a small error";
     EXPECT_EQ(r.figures().find("rel_err=0"), std::string::npos) << r.figures();
   }
   if (c.edit == Edit::nan_both) {
     EXPECT_EQ(r.reference_nonfinite, 1);
-    EXPECT_EQ(r.nonfinite, 0);
+    EXPECT_EQ(r.nan, 0);
+    EXPECT_EQ(r.inf, 0);
   }
   if (c.edit == Edit::bad_row || c.edit == Edit::low_row) {
     EXPECT_EQ(r.worst_row_index, kRow) << r.to_string();

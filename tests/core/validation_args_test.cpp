@@ -133,7 +133,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 
 TEST(CoreBackendSelection, UnknownNameIsAnError) {
-  Scene s = make_scene(QuantScheme::bf16, fresh_seed(), 1);
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Scene s = make_scene(QuantScheme::bf16, seed, 1);
   LayerOptions options;
   options.backend = "bogus";
   expect_mentions(error_of([&] { Layer layer(s.config, s.weights, options); }), {"backend", "bogus", "cpu"});
@@ -141,7 +143,9 @@ TEST(CoreBackendSelection, UnknownNameIsAnError) {
 }
 
 TEST(CoreBackendSelection, EnvironmentForcesAndIsNeverIgnored) {
-  Scene s = make_scene(QuantScheme::bf16, fresh_seed(), 1);
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Scene s = make_scene(QuantScheme::bf16, seed, 1);
   {
     ScopedEnv env("MOEKIT_BACKEND", "bogus");
     expect_mentions(error_of([&] { Layer layer(s.config, s.weights); }), {"backend", "bogus"});

@@ -95,6 +95,7 @@ class CudaEpStagesGrid : public ::testing::TestWithParam<QuantScheme> {};
 TEST_P(CudaEpStagesGrid, MatchTheCpuByteForByte) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   MoEConfig c;
   c.num_experts = 12;
@@ -218,6 +219,7 @@ TEST(CudaEpNccl, OneRankEpLayerMatchesTheLocalLayer) {
   c.routing.top_k = 4;
   c.quant.scheme = QuantScheme::fp8_block;
   const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
   const core::SyntheticLayer weights = core::make_synthetic_layer(c, seed);
   const std::unique_ptr<Communicator> self = make_self_communicator();
   const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0);

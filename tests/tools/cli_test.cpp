@@ -65,7 +65,7 @@ TEST(ToolsCli, RunPresetWithCheckPasses) {
   EXPECT_NE(r.out.find("quantization error vs the ideal reference"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\ncheck: PASS rel_err="), std::string::npos) << r.out;
   // fp8-block with the default (fast) accumulation: max(1e-2, 0.15 q), and every figure named.
-  for (const char* figure : {" tol=", " q=", " ideal_ratio=", " (<=1.02) worst_row=", " (<=0.1, token ", " nonfinite=0"})
+  for (const char* figure : {" tol=", " q=", " ideal_ratio=", " (<=1.02) worst_row=", " (<=0.1, token ", " nan=0 inf=0"})
     EXPECT_NE(r.out.substr(r.out.rfind("check:")).find(figure), std::string::npos) << figure << " in\n" << r.out;
   EXPECT_EQ(r.out.substr(r.out.rfind("check:")).find('\n'), r.out.size() - r.out.rfind("check:") - 1)
       << "the check line must be the last line";
@@ -319,12 +319,15 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"explain_flag_without_problem", "explain --quant bf16", "--quant: explain a problem"},
                       BadCase{"explain_checkpoint_without_layer", "explain --checkpoint /nonexistent", "--layer"},
                       BadCase{"explain_inputs_and_quant", "explain --inputs x.safetensors --quant bf16", "--quant"},
-                      BadCase{"explain_unknown_preset", "explain --preset gpt-5", "preset: expected one of"}),
+                      BadCase{"explain_unknown_preset", "explain --preset gpt-5", "preset: expected one of"},
+                      BadCase{"fuzz_replay_with_cases", "fuzz --replay 5 --cases 3", "--replay: runs one case; drop --cases"},
+                      BadCase{"fuzz_bad_backend", "fuzz --backend tpu", "--backend: expected one of"},
+                      BadCase{"fuzz_bad_seed", "fuzz --seed -1", "--seed: expected an integer"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 // Issue #19: -h and <command> --help were refused.
 TEST(ToolsCli, EveryCommandTakesHelp) {
-  for (const char* command : {"run", "presets", "explain", "bench", "version"})
+  for (const char* command : {"run", "presets", "explain", "bench", "fuzz", "version"})
     for (const char* flag : {"-h", "--help"}) {
       const Result r = moekit(std::string(command) + " " + flag);
       EXPECT_EQ(r.code, 0) << command << " " << flag << ": " << r.err;
@@ -417,6 +420,26 @@ TEST(ToolsCli, BadNumThreadsIsOneLineNamingIt) {
   }
   const Result ok = moekit("run --preset qwen3-30b-a3b --tokens 2 --backend cpu", "MOEKIT_NUM_THREADS=2");
   EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// The differential campaign: a line per case with its seed, the same case again from that seed,
+// and a JSON summary.
+TEST(ToolsCli, FuzzPrintsEachCaseItsSeedReplaysAndWritesJson) {
+  TempDir dir;
+  const Result r = moekit("fuzz --backend cpu --cases 6 --seed 3 --json " + dir.file("fuzz.json"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\nfuzz: PASS 6 cases, 0 failed\n"), std::string::npos) << r.out;
+  const std::size_t at = r.out.find("case 4 seed=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string seed = r.out.substr(at + 12, r.out.find(' ', at + 12) - at - 12);
+  const std::string problem = r.out.substr(r.out.find(" | ", at), r.out.find('\n', at) - r.out.find(" | ", at));
+  const Result again = moekit("fuzz --backend cpu --replay " + seed);
+  EXPECT_EQ(again.code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find(problem), std::string::npos) << "replay of " << seed << " must draw the same case:\n"
+                                                       << problem << "\n" << again.out;
+  const std::string json = slurp(dir.file("fuzz.json"));
+  for (const char* key : {"\"cases_run\": 6", "\"failed\": 0", "\"seed\": 3", "\"modes\": {"})
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
 }
 
 TEST(ToolsCli, UnreadableLayerFileIsAnErrorNotACrash) {
