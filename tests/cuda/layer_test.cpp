@@ -186,6 +186,29 @@ std::vector<LayerCase> cases() {
 INSTANTIATE_TEST_SUITE_P(, CudaLayer, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& info) { return case_name(info.param); });
 
+// Fused routing on the GPU for one case: the ids the CPU router picks, the same output bits as
+// external routing with those ids, and the check met.
+void expect_fused_routing_matches(const LayerCase& c) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
+  const TestLayer lw = make_test_layer(c, seed);
+  const MoEConfig config = config_of(c);
+  const Inputs in = make_inputs(c, lw, seed);
+  Layer layer(config, lw.weights(), on_cuda());
+  const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
+  DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
+  DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
+  layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
+  synchronize(Device::cuda);
+  const Tensor got_ids = to_host(ids);
+  EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
+  const Tensor fused = to_host(out);
+  const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
+  EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
+  const References refs = make_references(config, lw, seed, in.hidden, in.routing);
+  expect_meets_the_check(design_check(fused, refs, config.quant), c);
+}
+
 // Fused routing on the GPU: the ids the CPU router picks, and the same output as external routing.
 TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -202,24 +225,7 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
     c.method = m;
     if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = 8, c.topk_group = 4;
     if (m == RoutingMethod::top1_sigmoid) c.top_k = 1, c.tokens = 3200;
-    const std::uint64_t seed = fresh_seed();
-    SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
-    const TestLayer lw = make_test_layer(c, seed);
-    const MoEConfig config = config_of(c);
-    const Inputs in = make_inputs(c, lw, seed);
-    Layer layer(config, lw.weights(), on_cuda());
-    const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
-    DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
-    DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
-    layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
-    synchronize(Device::cuda);
-    const Tensor got_ids = to_host(ids);
-    EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
-    const Tensor fused = to_host(out);
-    const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
-    EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
-    const References refs = make_references(config, lw, seed, in.hidden, in.routing);
-    expect_meets_the_check(design_check(fused, refs, config.quant), c);
+    expect_fused_routing_matches(c);
   }
 }
 
@@ -239,24 +245,7 @@ TEST(CudaLayerMinLatency, FusedRoutingEveryMethodAndLogitsDtype) {
       c.logits_dtype = logits_dtype;
       if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = 8, c.topk_group = 4;
       if (m == RoutingMethod::top1_sigmoid) c.top_k = 1;
-      const std::uint64_t seed = fresh_seed();
-      SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
-      const TestLayer lw = make_test_layer(c, seed);
-      const MoEConfig config = config_of(c);
-      const Inputs in = make_inputs(c, lw, seed);
-      Layer layer(config, lw.weights(), on_cuda());
-      const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
-      DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
-      DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
-      layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
-      synchronize(Device::cuda);
-      const Tensor got_ids = to_host(ids);
-      EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
-      const Tensor fused = to_host(out);
-      const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
-      EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
-      const References refs = make_references(config, lw, seed, in.hidden, in.routing);
-      expect_meets_the_check(design_check(fused, refs, config.quant), c);
+      expect_fused_routing_matches(c);
     }
 }
 

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32) rows8_warp_mma(Params p) {
     for (int kb = 0; kb < k_blocks; ++kb) {
       if (kb + 1 < k_blocks) load(kb + 1, next);
       float block[4];
-      mma_block({cur[0], cur[3]}, {cur[1], cur[4]}, {cur[2], cur[5]}, block);
+      mma_block<true>({cur[0], cur[3]}, {cur[1], cur[4]}, {cur[2], cur[5]}, block);
       const float sw = w_scale[std::size_t(kb) * n_blocks];
       const float* sa = a_scale + std::size_t(kb) * padded;
       const float s0 = col < rows ? sa[col] * sw : 0.0f;

@@ -315,15 +315,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
         }
       }
       float sums[4];
-      if (kFp8) mma_block(gate_lo, gate_hi, x, sums);
-      else mma_block_bf16(gate_lo, gate_hi, x, sums);
+      mma_block<kFp8>(gate_lo, gate_hi, x, sums);
       acc[0][q][0] += sa0 * w_gate * sums[0];
       acc[0][q][1] += sa1 * w_gate * sums[1];
       acc[0][q][2] += sa0 * w_gate * sums[2];
       acc[0][q][3] += sa1 * w_gate * sums[3];
       if (kGated) {
-        if (kFp8) mma_block(up_lo, up_hi, x, sums);
-        else mma_block_bf16(up_lo, up_hi, x, sums);
+        mma_block<kFp8>(up_lo, up_hi, x, sums);
         acc[kStrips - 1][q][0] += sa0 * w_up * sums[0];
         acc[kStrips - 1][q][1] += sa1 * w_up * sums[1];
         acc[kStrips - 1][q][2] += sa0 * w_up * sums[2];
@@ -508,8 +506,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
         }
       }
       float sums[4];
-      if (kFp8) mma_block(w_lo, w_hi, x, sums);
-      else mma_block_bf16(w_lo, w_hi, x, sums);
+      mma_block<kFp8>(w_lo, w_hi, x, sums);
       acc[q][0] += sa0 * sw * sums[0];
       acc[q][1] += sa1 * sw * sums[1];
       acc[q][2] += sa0 * sw * sums[2];
