@@ -71,7 +71,6 @@ class MoELayer:
         self._layer = _C.Layer(cfg, self.weights, backend, max_tokens, stream)
         self._handle = ops.register(self._layer)
         self.config = self._layer.config
-        self.device = w13.device
 
     @classmethod
     def from_hf(cls, folder, layer, *, device="cpu", ep_size=1, ep_rank=0, **options):
