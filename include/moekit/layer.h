@@ -7,7 +7,8 @@
 //     may free them once the constructor returns. See PreparedWeights for what is copied.
 //   - A Layer is fixed at construction. forward with a caller Workspace reads the Layer and
 //     writes only the call's outputs and workspace: any number of threads may call it at once,
-//     each with its own workspace (and, on CUDA, on any streams). The owning forward and reserve
+//     each with its own workspace (and, on CUDA, on any streams; a StepObserver is then called
+//     from each of those threads). The owning forward and reserve
 //     use the Layer's own buffer: calls of those on one Layer must not overlap (serialize them,
 //     or give each thread its own Layer over one PreparedWeights). ep_stats() reads what the last
 //     EP forward wrote.
