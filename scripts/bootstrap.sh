@@ -3,6 +3,8 @@
 # CMake, and with --tests GoogleTest and Open MPI (the expert-parallel tests run under mpirun).
 # CUDA is used when nvcc is found (PATH or /usr/local/cuda); it is not installed, but CUTLASS's
 # headers are (pip), unless MOEKIT_CUTLASS_DIR names a copy (for machines without a registry).
+# With --tests also what the Python tests need, for the python3 on PATH (pip): torch (PyPI's build,
+# which runs on CPUs too), pytest, numpy, nanobind.
 #   scripts/bootstrap.sh [--tests]
 set -euo pipefail
 with_tests=0
@@ -29,4 +31,9 @@ if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } && [ 
     echo "bootstrap: installing nvidia-cutlass==4.2.0.0 (headers)"
     python3 -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
   fi
+fi
+# The Python tests (tests/python): the extension is built by the same CMake build (MOEKIT_PYTHON=ON).
+if [ $with_tests -eq 1 ] && ! python3 -c "import torch, pytest, numpy, nanobind" >/dev/null 2>&1; then
+  echo "bootstrap: installing torch==2.11.0 pytest numpy nanobind (pip)"
+  python3 -m pip install -q torch==2.11.0 pytest numpy nanobind
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test twice —
-# a Release build (with CUDA when nvcc exists; GPU tests skip without a GPU) and an
+# a Release build (with CUDA when nvcc exists; GPU tests skip without a GPU) with the Python
+# extension in it (MOEKIT_PYTHON=ON: pytest tests/python imports it from build/python, the CUDA
+# library is not built twice), and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code — then fuzzes each
 # parser for MOEKIT_FUZZ_SECONDS (default 60; 0 skips) with clang's libFuzzer (scripts/fuzz.sh).
 # The random tests use one fixed seed (MOEKIT_TEST_SEED, default below); ctest includes the
@@ -14,8 +16,10 @@ export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-20261201}"
 echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 
 echo "== release build =="
-"$root/scripts/build.sh" "$root/build"
+"$root/scripts/build.sh" "$root/build" -DMOEKIT_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)"
 (cd "$root/build" && ctest --output-on-failure -j "$(nproc)")
+echo "== python tests (tests/python, moekit from build/python) =="
+(cd "$root/tests/python" && PYTHONPATH="$root/build/python" python3 -m pytest -q -rs -p no:cacheprovider .)
 
 echo "== sanitizer build (ASan + UBSan, CPU code) =="
 "$root/scripts/build.sh" "$root/build-asan" -DMOEKIT_SANITIZE=ON -DMOEKIT_ENABLE_CUDA=OFF \

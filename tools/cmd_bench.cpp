@@ -228,6 +228,7 @@ void bench_problem(const Problem& p, const Args& args, const Settings& settings,
   LayerOptions options;
   options.backend = backend;
   options.observer = &steps;  // inactive (costs nothing) except in the --stages calls
+  for (std::int64_t tokens : settings.tokens) options.max_tokens = std::max(options.max_tokens, tokens);
   Layer layer(p.config, p.weights(), options);
   const Device device = layer.device();
   const int runs = settings.runs > 0 ? settings.runs : device == Device::cuda ? 20 : 3;

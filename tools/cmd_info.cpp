@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "moekit/moekit.h"
 #include "core/check.h"
+#include "core/validate.h"
 #include "io/presets.h"
 #include "run_setup.h"
 
@@ -76,7 +77,9 @@ int cmd_explain(int argc, char** argv) {
     s.source = "preset " + io::presets().front().name + " (no problem given)";
   }
   const MoEConfig& config = s.config;
-  const BackendSelection selection = explain_backends(config, args.get("backend", "auto"));
+  // What a Layer checks at construction: every stage at T = 1 and at this T.
+  const BackendSelection selection =
+      explain_backends(config, core::weights_layout(config), s.tokens, args.get("backend", "auto"));
 #ifdef MOEKIT_HAVE_CUDA
   std::printf("gpu: %s\n", cuda::device_info().to_string().c_str());
 #else

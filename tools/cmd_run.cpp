@@ -112,6 +112,7 @@ int cmd_run(int argc, char** argv) {
   const RunSetup s = setup_from_args(args);
   LayerOptions options;
   options.backend = args.get("backend", "auto");
+  options.max_tokens = s.hidden.size(0);
   Layer layer(s.config, s.weights, options);
   print_header(s, layer);
 

@@ -10,6 +10,8 @@
 
 namespace moekit {
 
+struct Weights;  // moekit/layer.h
+
 // cudaStream_t on the CUDA backend; ignored by the CPU backend.
 using Stream = void*;
 
@@ -36,5 +38,14 @@ BackendSelection select_backend(const MoEConfig& config, std::string_view reques
 
 // The same walk without throwing: every backend's answer, chosen left empty when none fits.
 BackendSelection explain_backends(const MoEConfig& config, std::string_view requested = "auto");
+
+// The walk a Layer makes at construction: a backend must also read the weights' memory (host
+// memory, which a device backend copies, or its own device's) and every one of its stages, bound
+// to the weights' layout (dtypes, shapes, which tensors are given; no value is read), must accept
+// T = 1 and T = max_tokens (0: T = 1 only). So "auto" keeps a backend that runs every call.
+BackendSelection explain_backends(const MoEConfig& config, const Weights& weights, std::int64_t max_tokens,
+                                  std::string_view requested = "auto");
+BackendSelection select_backend(const MoEConfig& config, const Weights& weights, std::int64_t max_tokens,
+                                std::string_view requested = "auto");
 
 }  // namespace moekit

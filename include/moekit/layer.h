@@ -1,4 +1,24 @@
 // The MoE layer: Router -> Prepare -> Experts -> Finalize, on the chosen backend.
+//
+// Lifetimes and threads, in one place:
+//   - Weights are views. A Layer (or PreparedWeights) made from weights in its backend's memory
+//     borrows them: they must stay alive and unchanged until the last Layer and PreparedWeights
+//     made from them is destroyed. Host weights given to a device backend are copied; the caller
+//     may free them once the constructor returns. See PreparedWeights for what is copied.
+//   - A Layer is fixed at construction. forward with a caller Workspace reads the Layer and
+//     writes only the call's outputs and workspace: any number of threads may call it at once,
+//     each with its own workspace (and, on CUDA, on any streams; a StepObserver is then called
+//     from each of those threads). The owning forward and reserve
+//     use the Layer's own buffer: calls of those on one Layer must not overlap (serialize them,
+//     or give each thread its own Layer over one PreparedWeights). ep_stats() reads what the last
+//     EP forward wrote.
+//   - On the cpu backend forward runs on the calling thread (and moekit's worker threads) and
+//     returns when done. On cuda it enqueues work on `stream` (cudaStream_t; null = the legacy
+//     default stream) and returns: the call's tensors and workspace must stay alive and untouched
+//     until the stream has finished it. The layer runs on the CUDA device that was current when
+//     its weights were prepared; call forward with that device current.
+//   - Expert parallelism (LayerOptions::comm): forward is collective, and the layer keeps its
+//     exchange buffers itself (their size depends on the other ranks).
 #pragma once
 
 #include <cstdint>
@@ -87,6 +107,11 @@ struct LayerOptions {
   Communicator* comm = nullptr;
   EpOptions ep;
   StepObserver* observer = nullptr;  // not owned; outlives the Layer
+  // The most tokens one forward will be given (an engine's largest batch). Every stage's
+  // capability is checked at construction for T = 1 and T = max_tokens, so that "auto" keeps a
+  // backend that can run every call and forward only checks the call's tensors; a call with more
+  // tokens is an Error. 0: not declared; construction checks T = 1 and each forward checks its T.
+  std::int64_t max_tokens = 0;
 };
 
 // What the last forward of an EP layer moved (this rank), and the host wall time of each step.
@@ -127,18 +152,71 @@ struct ExternalArgs {
   TensorView out;           // [T, H] bf16
 };
 
+// Memory a forward may use for its intermediates, owned by the caller: in the layer's device
+// memory (host memory for cpu), 256-byte aligned, at least Layer::workspace_size(T) bytes.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t size = 0;
+};
+
+// A layer's weights made ready for one backend: in its memory, in its kernels' layouts. Made
+// once, when the caller chooses (an engine: after loading the checkpoint); any number of Layers
+// of its config share it (copies of a PreparedWeights share one preparation).
+//   - borrowed, never copied: tensors already in the backend's memory (cuda: device memory of
+//     the current device; cpu: host memory), the FP8 values among them. They must stay alive,
+//     unchanged and in place as long as this object or a Layer made from it lives.
+//   - copied: host tensors given to a device backend (the caller may free them afterwards), and
+//     on cuda the FP8 weight scales always: the grouped GEMMs read them MN-major per 128 of K
+//     ([E_local, ceil(K/128), ceil(N/128)] for fp8-block, per-row and per-tensor ones repeated over
+//     the K blocks, [E_local, ceil(K/128), N]); the relayout runs on the device (deepseek-v3: 2.8 MB
+//     per layer next to its 11.3 GB of FP8 weights). bf16 layers copy nothing.
+// owned_bytes() says what was allocated.
+class PreparedWeights {
+ public:
+  // Checks weights against config (all of them in one memory: the host, or the backend's
+  // device), selects the backend as a Layer does (options.backend and options.max_tokens; the
+  // rest of options is not read) and prepares the weights. Device work runs on `stream`, after
+  // what is queued there already (e.g. the copy that filled the weights), and has finished when
+  // this returns. Throws Error.
+  PreparedWeights(const MoEConfig& config, const Weights& weights, const LayerOptions& options = {},
+                  Stream stream = nullptr);
+
+  const MoEConfig& config() const;
+  const BackendSelection& selection() const;
+  std::string_view backend_name() const;
+  Device device() const;
+  std::size_t owned_bytes() const;  // bytes this preparation allocated in the backend's memory
+
+ private:
+  friend class Layer;
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
 class Layer {
  public:
-  // Validates config and weights, selects the backend. Throws Error.
+  // Validates config and weights, selects the backend and prepares the weights for it
+  // (PreparedWeights(config, weights, options)). Throws Error.
   Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options = {});
+  // On weights prepared before: nothing is copied. options.backend must be "auto" or the
+  // prepared backend; a larger options.max_tokens than the preparation's is checked again.
+  explicit Layer(const PreparedWeights& weights, const LayerOptions& options = {});
   ~Layer();
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
-  // A call with more tokens than any before allocates the layer's buffers first; capture a
-  // call in a CUDA graph only after reserve() (or an uncaptured call) for at least its T.
+  // With the layer's own buffer: a call with more tokens than any before allocates it first;
+  // capture a call in a CUDA graph only after reserve() (or an uncaptured call) for its T.
   void forward(const FusedArgs& args, Stream stream = nullptr);
   void forward(const ExternalArgs& args, Stream stream = nullptr);
+  // With the caller's workspace (at least workspace_size(T) for the call's T): nothing is
+  // allocated, the Layer is not written (see the top of this file), and the call can be
+  // captured in a CUDA graph as it is. Not with expert parallelism (an Error).
+  void forward(const FusedArgs& args, const Workspace& workspace, Stream stream) const;
+  void forward(const ExternalArgs& args, const Workspace& workspace, Stream stream) const;
+  // Bytes of workspace a call of up to max_tokens tokens needs (fused or external routing).
+  std::size_t workspace_size(std::int64_t max_tokens) const;
+
   // Allocates the buffers for calls of up to max_tokens tokens now. With expert parallelism
   // what arrives depends on the other ranks: the buffers then hold calls in which no rank has
   // more than max_tokens tokens (fixed capacity: any call).

@@ -1,6 +1,7 @@
-// Routing on the CPU, usable on its own (e.g. to produce external routing).
+// Routing on its own (e.g. to produce external routing), on the CPU or on the GPU.
 #pragma once
 
+#include "moekit/backend.h"
 #include "moekit/config.h"
 #include "moekit/tensor.h"
 
@@ -16,7 +17,11 @@ struct RoutingOutputs {
   TensorView topk_weights;  // [T, k] f32
 };
 
-// Computes topk ids and weights per DESIGN §3. Validates everything before writing.
-void route(const RoutingConfig& config, const RoutingInputs& in, const RoutingOutputs& out);
+// Computes topk ids and weights per DESIGN §3. Validates everything before writing. Every tensor
+// in the memory of router_logits: host memory runs the CPU reference router on the calling
+// thread; CUDA memory (builds with CUDA) enqueues the cuda backend's routing kernel on `stream`
+// (no allocation, no synchronization, graph-capturable), which matches the CPU's to an ulp or
+// four in rare weights (src/cuda/routing/route.h).
+void route(const RoutingConfig& config, const RoutingInputs& in, const RoutingOutputs& out, Stream stream = nullptr);
 
 }  // namespace moekit

@@ -1,7 +1,9 @@
-// The Layer: validates once, picks the backend, sizes the buffers, runs the four stages.
+// The Layer: validates once, picks the backend, prepares the weights, sizes the buffers, runs
+// the four stages (from its own buffer or from the caller's workspace).
 #include "moekit/layer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/ep_pipeline.h"
 #include "core/parallel.h"
@@ -12,16 +14,60 @@
 
 namespace moekit {
 
-struct Layer::Impl {
+struct PreparedWeights::Impl {
   MoEConfig config;
   BackendSelection selection;
   const core::BackendImpl* backend = nullptr;
+  std::int64_t max_tokens = 0;  // the T the stages were checked for (besides T = 1)
+  std::shared_ptr<const core::BackendWeights> weights;
+};
+
+namespace {
+
+const core::BackendImpl& backend_named(const std::string& name) {
+  for (const auto* b : core::registered_backends())
+    if (b->name() == name) return *b;
+  throw Error("backend: '" + name + "' is not registered");
+}
+
+// Where the weights live: the memory of w13, which every other weight must share.
+Device weights_memory(const Weights& w) { return w.w13.defined() ? w.w13.device : Device::cpu; }
+
+}  // namespace
+
+PreparedWeights::PreparedWeights(const MoEConfig& config, const Weights& weights, const LayerOptions& options,
+                                 Stream stream) {
+  validate(config);
+  core::num_threads();  // a bad MOEKIT_NUM_THREADS is an Error here, before any work
+  require(options.max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(options.max_tokens));
+  core::check_weights(config, weights, weights_memory(weights));
+  auto impl = std::make_shared<Impl>();
+  impl->config = config;
+  impl->selection = select_backend(config, weights, options.max_tokens, options.backend);
+  impl->backend = &backend_named(impl->selection.chosen);
+  impl->max_tokens = options.max_tokens;
+  impl->weights = impl->backend->prepare(config, weights, core::Preparation::memory, stream);
+  impl_ = std::move(impl);
+}
+
+const MoEConfig& PreparedWeights::config() const { return impl_->config; }
+const BackendSelection& PreparedWeights::selection() const { return impl_->selection; }
+std::string_view PreparedWeights::backend_name() const { return impl_->backend->name(); }
+Device PreparedWeights::device() const { return impl_->backend->device(); }
+std::size_t PreparedWeights::owned_bytes() const { return impl_->weights->owned_bytes; }
+
+struct Layer::Impl {
+  PreparedWeights prepared;
+  MoEConfig config;
+  const core::BackendImpl* backend = nullptr;
   core::StageSet stages;
+  std::int64_t max_tokens = 0;  // LayerOptions::max_tokens
   core::DeviceBuffer buffer{nullptr, [](std::byte*) {}};
   std::size_t buffer_size = 0;
-  TensorView bias;  // the routing bias, kept for fused routing
   std::unique_ptr<core::EpPipeline> ep;  // with a communicator: Prepare/Finalize become EP dispatch/combine
   StepObserver* observer = nullptr;
+
+  explicit Impl(const PreparedWeights& w) : prepared(w) {}
 
   // Everything one call needs, carved from one buffer.
   struct Buffers {
@@ -58,29 +104,58 @@ struct Layer::Impl {
     return b;
   }
 
-  // Grows the one buffer when a call has more tokens than any before (never inside a stage).
-  Buffers buffers_for(const core::StageProblem& p) {
+  std::size_t bytes_for(const core::StageProblem& p) const {
     core::Carver counter(nullptr);
     carve(counter, p);
-    if (counter.used() > buffer_size) {
-      buffer = backend->allocate(counter.used());
-      buffer_size = counter.used();
+    return counter.used();
+  }
+
+  // Grows the one buffer when a call has more tokens than any before (never inside a stage).
+  Buffers buffers_for(const core::StageProblem& p) {
+    const std::size_t bytes = bytes_for(p);
+    if (bytes > buffer_size) {
+      buffer = backend->allocate(bytes);
+      buffer_size = bytes;
     }
     core::Carver c(buffer.get());
     return carve(c, p);
   }
 
-  void check_stages(const core::StageProblem& p) const {
-    const core::Stage* all[] = {stages.router.get(), stages.prepare.get(), stages.experts.get(),
-                                stages.finalize.get()};
-    for (const core::Stage* s : all) {
-      const Status status = s->can_implement(p);
+  // The caller's workspace, after checking that it holds the call.
+  Buffers buffers_in(const core::StageProblem& p, const Workspace& ws) const {
+    require(!ep, "workspace: an expert-parallel layer keeps its exchange buffers itself; call forward without one");
+    const std::size_t bytes = bytes_for(p);
+    require(ws.size >= bytes, "workspace: expected at least " + std::to_string(bytes) + " bytes for T=" +
+                                  std::to_string(p.tokens) + " (workspace_size), given " + std::to_string(ws.size));
+    require(bytes == 0 || ws.data != nullptr, "workspace: expected memory, given a null pointer");
+    require(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0, "workspace: expected a 256-byte aligned pointer");
+    core::Carver c(static_cast<std::byte*>(ws.data));
+    return carve(c, p);
+  }
+
+  // The call's T after checking its tensors and, where construction did not, its stages.
+  template <class Args>
+  core::StageProblem checked_problem(const Args& args) const {
+    const core::StageProblem p = problem(core::check_args(config, args, backend->device()));
+    if (max_tokens > 0) {
+      require(p.tokens <= max_tokens, "hidden: expected at most max_tokens=" + std::to_string(max_tokens) +
+                                          " tokens (LayerOptions::max_tokens), given " + std::to_string(p.tokens));
+    } else {
+      const Status status = core::check_stages(stages, p);
       require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
     }
+    return p;
+  }
+
+  void route(const core::StageProblem& p, const Buffers& b, const FusedArgs& args, const TensorView& ids,
+             const TensorView& weights, Stream stream) const {
+    const TensorView bias = config.routing.uses_bias() ? prepared.impl_->weights->bias : TensorView{};
+    core::mark_step(p, "routing", stream);
+    stages.router->run(p, {{args.router_logits, bias}, {ids, weights}}, b.router_ws, stream);
   }
 
   void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
-           const TensorView& weights, const TensorView& out, Stream stream) {
+           const TensorView& weights, const TensorView& out, Stream stream) const {
     if (ep) {
       ep->run(p, hidden, ids, weights, out, stream);
     } else {
@@ -101,6 +176,13 @@ struct Layer::Impl {
     core::mark_step(p, "end", stream);
   }
 
+  void fused(const core::StageProblem& p, const Buffers& b, const FusedArgs& args, Stream stream) const {
+    const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
+    const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
+    route(p, b, args, ids, weights, stream);
+    run(p, b, args.hidden, ids, weights, args.out, stream);
+  }
+
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
 };
 
@@ -110,48 +192,64 @@ Weights OwnedWeights::weights() const {
 }
 
 Layer::Layer(const MoEConfig& config, const Weights& weights, const LayerOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  validate(config);
-  core::num_threads();  // a bad MOEKIT_NUM_THREADS is an Error here, before any work
-  impl_->config = config;
-  impl_->selection = select_backend(config, options.backend);
-  for (const auto* b : core::registered_backends())
-    if (b->name() == impl_->selection.chosen) impl_->backend = b;
-  core::check_weights(config, weights, Device::cpu);
+    : Layer(PreparedWeights(config, weights, options), options) {}
+
+Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
+    : impl_(std::make_unique<Impl>(weights)) {
+  Impl& m = *impl_;
+  const PreparedWeights::Impl& w = *weights.impl_;
+  m.config = w.config;
+  m.backend = w.backend;
+  require(options.backend == "auto" || options.backend == w.backend->name(),
+          "backend: the weights were prepared for '" + std::string(w.backend->name()) + "', given '" +
+              options.backend + "'");
+  require(options.max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(options.max_tokens));
+  const MoEConfig& config = m.config;
   const bool alone = options.ep.scope == EpScope::this_rank;
   require(config.ep_size == 1 || alone || options.comm != nullptr,
           "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
               std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
-  impl_->bias = weights.e_score_correction_bias;
-  impl_->observer = options.observer;
-  impl_->stages = impl_->backend->make_stages(config, weights);
+  m.observer = options.observer;
+  m.max_tokens = options.max_tokens;
+  m.stages = m.backend->make_stages(config, w.weights);
+  if (m.max_tokens > w.max_tokens) {
+    const Status status = core::check_stages(m.stages, m.problem(m.max_tokens));
+    require(bool(status), "backend " + std::string(m.backend->name()) + " cannot run max_tokens=" +
+                              std::to_string(m.max_tokens) + ": " + status.reason());
+  }
   if (options.comm)
-    impl_->ep = std::make_unique<core::EpPipeline>(config, *impl_->backend, impl_->stages, *options.comm, options.ep);
+    m.ep = std::make_unique<core::EpPipeline>(config, *m.backend, m.stages, *options.comm, options.ep);
 }
 
 Layer::~Layer() = default;
 
 void Layer::forward(const FusedArgs& args, Stream stream) {
-  Impl& m = *impl_;
-  const core::StageProblem p = m.problem(core::check_args(m.config, args, m.backend->device()));
-  m.check_stages(p);
-  const Impl::Buffers b = m.buffers_for(p);
-  const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
-  const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
-  core::mark_step(p, "routing", stream);
-  m.stages.router->run(p, {{args.router_logits, m.config.routing.uses_bias() ? m.bias : TensorView{}},
-                           {ids, weights}},
-                       b.router_ws, stream);
-  m.run(p, b, args.hidden, ids, weights, args.out, stream);
+  const core::StageProblem p = impl_->checked_problem(args);
+  impl_->fused(p, impl_->buffers_for(p), args, stream);
 }
 
 void Layer::forward(const ExternalArgs& args, Stream stream) {
-  Impl& m = *impl_;
-  const core::StageProblem p = m.problem(core::check_args(m.config, args, m.backend->device()));
-  m.check_stages(p);
-  const Impl::Buffers b = m.buffers_for(p);
-  m.run(p, b, args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+  const core::StageProblem p = impl_->checked_problem(args);
+  impl_->run(p, impl_->buffers_for(p), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+}
+
+void Layer::forward(const FusedArgs& args, const Workspace& workspace, Stream stream) const {
+  const Impl& m = *impl_;
+  const core::StageProblem p = m.checked_problem(args);
+  m.fused(p, m.buffers_in(p, workspace), args, stream);
+}
+
+void Layer::forward(const ExternalArgs& args, const Workspace& workspace, Stream stream) const {
+  const Impl& m = *impl_;
+  const core::StageProblem p = m.checked_problem(args);
+  m.run(p, m.buffers_in(p, workspace), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+}
+
+std::size_t Layer::workspace_size(std::int64_t max_tokens) const {
+  require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
+  require(!impl_->ep, "workspace_size: an expert-parallel layer keeps its exchange buffers itself");
+  return impl_->bytes_for(impl_->problem(max_tokens));
 }
 
 void Layer::reserve(std::int64_t max_tokens) {
@@ -165,7 +263,7 @@ std::size_t Layer::workspace_bytes() const {
 }
 
 const MoEConfig& Layer::config() const { return impl_->config; }
-const BackendSelection& Layer::selection() const { return impl_->selection; }
+const BackendSelection& Layer::selection() const { return impl_->prepared.selection(); }
 std::string_view Layer::backend_name() const { return impl_->backend->name(); }
 Device Layer::device() const { return impl_->backend->device(); }
 EpCombine Layer::ep_combine() const { return impl_->ep ? impl_->ep->combine() : EpCombine::automatic; }

@@ -126,8 +126,20 @@ class FinalizeStage : public Stage {
                    Stream stream) const = 0;
 };
 
+// A backend's form of a layer's weights: in its memory, in its kernels' layouts, each tensor
+// borrowed from the caller or copied (the backend says which in its prepare).
+struct BackendWeights {
+  virtual ~BackendWeights() = default;
+  TensorView bias;              // [E] the routing bias in the backend's memory; absent when not given
+  std::size_t owned_bytes = 0;  // what preparing them allocated
+};
+
+// layout_only: the views' dtypes, shapes and presence, without memory: nothing is read, copied
+// or allocated (for capability checks; stages bound to them must not run). memory: usable.
+enum class Preparation : std::uint8_t { layout_only, memory };
+
 struct StageSet {
-  std::shared_ptr<void> keep_alive;  // what the stages share (e.g. weights on the device); freed last
+  std::shared_ptr<const void> keep_alive;  // what the stages share (the prepared weights); freed last
   std::unique_ptr<RouterStage> router;
   std::unique_ptr<PrepareStage> prepare;
   std::unique_ptr<ExpertsStage> experts;
@@ -145,12 +157,23 @@ class BackendImpl {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
   virtual Status can_implement(const MoEConfig& config) const = 0;
-  // Stages bound to these weights (a device backend uploads them here, once).
-  virtual StageSet make_stages(const MoEConfig& config, const Weights& weights) const = 0;
+  // The weights (checked by the caller: on the host or on this backend's device) in this
+  // backend's form. Device work runs on `stream` and has finished when this returns.
+  virtual std::shared_ptr<const BackendWeights> prepare(const MoEConfig& config, const Weights& weights,
+                                                        Preparation how, Stream stream) const = 0;
+  // Stages bound to prepared weights, which they keep alive.
+  virtual StageSet make_stages(const MoEConfig& config, std::shared_ptr<const BackendWeights> weights) const = 0;
   virtual DeviceBuffer allocate(std::size_t bytes) const = 0;
   // Its expert-parallel data movement; null when it has none.
   virtual std::unique_ptr<EpStages> make_ep_stages() const;
 };
+
+// Whether `backend` can run a layer of these weights for every T in [0, max_tokens]: its
+// can_implement, the weights' memory (host, or the backend's device), and each stage bound to
+// the weights' layout at T = 1 and T = max_tokens (a stage's limits on T are upper bounds).
+Status can_run(const BackendImpl& backend, const MoEConfig& config, const Weights& weights, std::int64_t max_tokens);
+// Each stage's can_implement for p: the first refusal.
+Status check_stages(const StageSet& stages, const StageProblem& p);
 
 // Priority order (first is preferred).
 const std::vector<const BackendImpl*>& registered_backends();

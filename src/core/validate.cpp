@@ -35,12 +35,14 @@ void check_scales(std::string_view name, const TensorView& t, QuantScheme scheme
   }
 }
 
-void check_optional_scalar(std::string_view name, const TensorView& t, const MoEConfig& c) {
+// A static scale on the host or with the other weights; its value is checked where it can be read.
+void check_optional_scalar(std::string_view name, const TensorView& t, const MoEConfig& c, Device device) {
   if (!t.defined()) return;
   require(c.quant.scheme == QuantScheme::fp8_tensor,
           std::string(name) + ": a static activation scale needs fp8-tensor, given quant " +
               std::string(to_string(c.quant.scheme)));
-  check_tensor(name, t, {DType::f32}, {1}, Device::cpu);
+  check_tensor(name, t, {DType::f32}, {1}, t.device == Device::cpu ? Device::cpu : device);
+  if (t.device != Device::cpu) return;
   const float v = t.ptr<float>()[0];
   require(v > 0.0f, std::string(name) + ": expected a scale > 0, given " + std::to_string(v));
 }
@@ -80,8 +82,31 @@ void check_weights(const MoEConfig& c, const Weights& w, Device device) {
   if (c.routing.uses_bias())
     check_tensor("e_score_correction_bias", w.e_score_correction_bias, {DType::f32, DType::bf16},
                  {c.num_experts}, device);
-  check_optional_scalar("w13_input_scale", w.w13_input_scale, c);
-  check_optional_scalar("w2_input_scale", w.w2_input_scale, c);
+  check_optional_scalar("w13_input_scale", w.w13_input_scale, c, device);
+  check_optional_scalar("w2_input_scale", w.w2_input_scale, c, device);
+}
+
+Weights weights_layout(const MoEConfig& c) {
+  const QuantScheme scheme = c.quant.scheme;
+  const DType dtype = activation_dtype(scheme);
+  const std::int64_t el = c.local_experts(), width = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
+  auto view = [](DType d, const std::vector<std::int64_t>& shape) { return TensorView::contiguous(nullptr, d, shape); };
+  auto scales = [&](std::int64_t n, std::int64_t k) -> TensorView {
+    switch (scheme) {
+      case QuantScheme::bf16: return {};
+      case QuantScheme::fp8_tensor: return view(DType::f32, {el});
+      case QuantScheme::fp8_rowwise: return view(DType::f32, {el, n});
+      case QuantScheme::fp8_block: return view(DType::f32, {el, ceil_div(n, kBlock), ceil_div(k, kBlock)});
+    }
+    return {};
+  };
+  Weights w;
+  w.w13 = view(dtype, {el, width, h});
+  w.w2 = view(dtype, {el, h, i});
+  w.w13_scale = scales(width, h);
+  w.w2_scale = scales(h, i);
+  if (c.routing.uses_bias()) w.e_score_correction_bias = view(DType::f32, {c.num_experts});
+  return w;
 }
 
 std::int64_t check_args(const MoEConfig& c, const FusedArgs& a, Device device) {

@@ -16,7 +16,13 @@ namespace moekit::core {
 void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
                   const std::vector<std::int64_t>& shape, Device device);
 
+// Every weight in `device` memory; the static activation scales may also be on the host (their
+// value, > 0, is checked there only).
 void check_weights(const MoEConfig& config, const Weights& weights, Device device);
+
+// Views without memory in the layout check_weights expects for config (host; f32 routing bias
+// for the *_bias_* methods; no static scales): for capability checks that read no value.
+Weights weights_layout(const MoEConfig& config);
 
 // The number of tokens T of the call (from hidden), after checking every argument.
 std::int64_t check_args(const MoEConfig& config, const FusedArgs& args, Device device);

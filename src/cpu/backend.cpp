@@ -20,7 +20,15 @@ using core::Carver;
 using core::StageProblem;
 using core::Workspace;
 
-float scalar_or_zero(const TensorView& t) { return t.defined() ? t.ptr<float>()[0] : 0.0f; }
+// The CPU reads the caller's host tensors where they are: everything is borrowed.
+struct HostWeights final : core::BackendWeights {
+  Weights views;
+  float w13_static_scale = 0.0f, w2_static_scale = 0.0f;  // fp8-tensor static scales; 0: dynamic
+};
+
+float scalar_or_zero(const TensorView& t, core::Preparation how) {
+  return t.defined() && how == core::Preparation::memory ? t.ptr<float>()[0] : 0.0f;
+}
 
 // The fp8-tensor scale of x [n]: the static one, or under EP the group's (the amax of every
 // rank's rows, as ep = 1 takes it over the whole batch); 0 leaves it to quantize_rows.
@@ -174,12 +182,23 @@ class CpuBackend final : public core::BackendImpl {
       return Status::no("the CPU backend has the staged path only, given --path min-latency");
     return Status::ok();
   }
-  core::StageSet make_stages(const MoEConfig&, const Weights& w) const override {
+  std::shared_ptr<const core::BackendWeights> prepare(const MoEConfig&, const Weights& w, core::Preparation how,
+                                                      Stream) const override {
+    auto h = std::make_shared<HostWeights>();
+    h->views = w;
+    h->bias = w.e_score_correction_bias;
+    h->w13_static_scale = scalar_or_zero(w.w13_input_scale, how);
+    h->w2_static_scale = scalar_or_zero(w.w2_input_scale, how);
+    return h;
+  }
+  core::StageSet make_stages(const MoEConfig&, std::shared_ptr<const core::BackendWeights> prepared) const override {
+    const auto& w = static_cast<const HostWeights&>(*prepared);
     core::StageSet s;
     s.router = std::make_unique<Router>();
-    s.prepare = std::make_unique<Prepare>(scalar_or_zero(w.w13_input_scale));
-    s.experts = std::make_unique<Experts>(w, scalar_or_zero(w.w2_input_scale));
+    s.prepare = std::make_unique<Prepare>(w.w13_static_scale);
+    s.experts = std::make_unique<Experts>(w.views, w.w2_static_scale);
     s.finalize = std::make_unique<Finalize>();
+    s.keep_alive = std::move(prepared);
     return s;
   }
   std::unique_ptr<core::EpStages> make_ep_stages() const override { return cpu::make_ep_stages(); }

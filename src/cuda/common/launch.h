@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/common/check.h"
@@ -15,13 +16,16 @@ inline cudaStream_t as_cuda(Stream stream) { return static_cast<cudaStream_t>(st
 // Multiprocessors of the current device (cached; a host query, safe during graph capture).
 inline int multiprocessor_count() {
   constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
+  static std::atomic<int> cached[kMaxDevices] = {};  // layers may launch from several threads
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   if (device < 0 || device >= kMaxDevices) device = 0;
-  if (cached[device] == 0)
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device));
-  return cached[device];
+  if (cached[device].load() == 0) {
+    int count = 0;
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    cached[device].store(count);
+  }
+  return cached[device].load();
 }
 
 inline unsigned grid_size(std::int64_t work, std::int64_t per_block, std::int64_t cap = 1 << 30) {

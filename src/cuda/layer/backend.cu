@@ -1,4 +1,4 @@
-// The CUDA backend: the GPU stages bound to weights uploaded once, and its capability check.
+// The CUDA backend: the GPU stages bound to weights prepared once, and its capability check.
 #include <cuda_runtime_api.h>
 
 #include "core/stages.h"
@@ -22,10 +22,9 @@ class Router final : public core::RouterStage {
   Status can_implement(const StageProblem& p) const override { return routing::can_implement(problem(p, DType::f32)); }
   std::size_t workspace_size(const StageProblem& p) const override { return routing::workspace_size(problem(p, DType::f32)); }
   void run(const StageProblem& p, const core::RouterArgs& args, core::Workspace ws, Stream stream) const override {
-    // The bias comes from the uploaded weights; args.in.bias is the caller's host view.
     routing::Args a;
     a.logits = args.in.router_logits.data;
-    a.bias = weights_.has_bias ? weights_.bias.view().data : nullptr;
+    a.bias = args.in.bias.data;  // the prepared weights' bias, on the device
     a.topk_ids = args.out.topk_ids.ptr<std::int32_t>();
     a.topk_weights = args.out.topk_weights.ptr<float>();
     routing::run(problem(p, args.in.router_logits.dtype), a, ws, stream);
@@ -38,7 +37,7 @@ class Router final : public core::RouterStage {
     r.tokens = p.tokens;
     r.experts = p.config.num_experts;
     r.logits_dtype = logits;
-    r.bias_dtype = weights_.has_bias ? weights_.bias.view().dtype : DType::f32;
+    r.bias_dtype = weights_.bias.defined() ? weights_.bias.dtype : DType::f32;
     return r;
   }
   const DeviceWeights& weights_;
@@ -53,7 +52,7 @@ class Prepare final : public core::PrepareStage {
     quant::Args a;
     a.hidden = args.hidden.data;
     a.topk_weights = args.topk_weights.defined() ? args.topk_weights.ptr<float>() : nullptr;
-    a.given_scale = weights_.has_w13_input_scale ? weights_.w13_input_scale.view().ptr<float>() : nullptr;
+    a.given_scale = weights_.w13_input_scale.ptr<float>();
     a.q = args.out.q.data;
     a.scales = args.out.scales.defined() ? args.out.scales.ptr<float>() : nullptr;
     quant::run(problem(p), a, ws, stream);
@@ -66,7 +65,7 @@ class Prepare final : public core::PrepareStage {
     q.tokens = p.tokens;
     q.hidden = p.config.hidden_size;
     q.placement = p.config.routing.effective_placement();
-    q.tensor_scale = weights_.has_w13_input_scale ? quant::TensorScale::given : quant::TensorScale::dynamic;
+    q.tensor_scale = weights_.w13_input_scale.defined() ? quant::TensorScale::given : quant::TensorScale::dynamic;
     return q;
   }
   const DeviceWeights& weights_;
@@ -91,11 +90,6 @@ class Finalize final : public core::FinalizeStage {
   }
 };
 
-// The stages share the uploaded weights; the holder keeps them alive with the stages.
-struct Holder {
-  DeviceWeights weights;
-};
-
 class CudaBackend final : public core::BackendImpl {
  public:
   std::string_view name() const override { return "cuda"; }
@@ -115,14 +109,20 @@ class CudaBackend final : public core::BackendImpl {
     return Status::ok();
   }
 
-  core::StageSet make_stages(const MoEConfig& c, const Weights& w) const override {
-    auto holder = std::make_shared<Holder>(Holder{DeviceWeights::upload(c, w)});
+  std::shared_ptr<const core::BackendWeights> prepare(const MoEConfig& c, const Weights& w, core::Preparation how,
+                                                      Stream stream) const override {
+    return DeviceWeights::prepare(c, w, how, stream);
+  }
+
+  // The stages read the prepared weights, which they keep alive.
+  core::StageSet make_stages(const MoEConfig& c, std::shared_ptr<const core::BackendWeights> prepared) const override {
+    const auto& w = static_cast<const DeviceWeights&>(*prepared);
     core::StageSet s;
-    s.router = std::make_unique<Router>(holder->weights);
-    s.prepare = std::make_unique<Prepare>(holder->weights);
-    s.experts = make_experts(c, holder->weights);
+    s.router = std::make_unique<Router>(w);
+    s.prepare = std::make_unique<Prepare>(w);
+    s.experts = make_experts(c, w);
     s.finalize = std::make_unique<Finalize>();
-    s.keep_alive = holder;
+    s.keep_alive = std::move(prepared);
     return s;
   }
 

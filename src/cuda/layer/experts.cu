@@ -121,23 +121,23 @@ class Experts final : public core::ExpertsStage {
 
     const auto [g1, g2] = gemms(p);
     core::mark_step(p, "gemm1", stream);
-    GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.values.view().data,
-                       weights_.w13.scales.view().ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
+    GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.data,
+                       weights_.w13_scales.ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
     run_grouped_gemm(g1.first, g1.second, a1, b.gemm1_ws.data, stream);
 
     core::mark_step(p, "activation", stream);
     activation::Args act;
     act.gemm1_out = b.h1;
     act.plan = plan;
-    act.given_scale = weights_.has_w2_input_scale ? weights_.w2_input_scale.view().ptr<float>() : nullptr;
+    act.given_scale = weights_.w2_input_scale.ptr<float>();
     act.q = b.q2;
     act.scales = b.s2;
     activation::run(activation_problem(p), act, b.act_ws, stream);
     if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
 
     core::mark_step(p, "gemm2", stream);
-    GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.values.view().data,
-                       weights_.w2.scales.view().ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
+    GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.data,
+                       weights_.w2_scales.ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -171,10 +171,10 @@ class Experts final : public core::ExpertsStage {
     a.topk_weights = args.topk_weights.defined() ? args.topk_weights.ptr<float>() : nullptr;
     a.slot_rows = args.slot_rows.ptr<std::int32_t>();
     a.hidden = args.hidden.ptr<bf16>();
-    a.w13 = weights_.w13.values.view().data;
-    a.w13_scales = weights_.w13.scales.view().ptr<float>();
-    a.w2 = weights_.w2.values.view().data;
-    a.w2_scales = weights_.w2.scales.view().ptr<float>();
+    a.w13 = weights_.w13.data;
+    a.w13_scales = weights_.w13_scales.ptr<float>();
+    a.w2 = weights_.w2.data;
+    a.w2_scales = weights_.w2_scales.ptr<float>();
     a.out = args.out.ptr<bf16>();
     min_latency::run(min_latency_problem(p), a, ws, stream, p);
   }
@@ -210,7 +210,7 @@ class Experts final : public core::ExpertsStage {
     a.swiglu_limit = config_.swiglu_limit;
     a.quant = config_.quant;
     a.scale_layout = scale_layout();
-    a.tensor_scale = weights_.has_w2_input_scale ? quant::TensorScale::given : quant::TensorScale::dynamic;
+    a.tensor_scale = weights_.w2_input_scale.defined() ? quant::TensorScale::given : quant::TensorScale::dynamic;
     return a;
   }
 

@@ -1,0 +1,103 @@
+"""The torch op against `moekit bench` on the same problem (issue #18: the binding adds <= 3 µs at
+T = 1 eager and nothing under a CUDA graph).
+
+Timed as `moekit bench` times (tools/cmd_bench.cpp): per call, an event, the call, an event and a
+wait; the median of --runs after 3 warm-ups; eager, and as a replayed CUDA graph. Also the host time
+of one call (enqueue only, no wait). Needs a GPU and the CLI built with the extension:
+
+    PYTHONPATH=BUILD/python python3 bench/python_op_bench.py --cli BUILD/moekit --preset qwen3-30b-a3b
+"""
+import argparse
+import re
+import statistics
+import subprocess
+import time
+
+import torch
+
+import moekit
+
+
+def event_median(call, runs):
+    stream = torch.cuda.current_stream()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for i in range(runs + 3):
+        start.record(stream)
+        call()
+        stop.record(stream)
+        stop.synchronize()
+        if i >= 3:
+            samples.append(start.elapsed_time(stop) * 1e3)
+    return statistics.median(samples)
+
+
+def host_median(call, runs):
+    samples = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def layer_for(preset, tokens):
+    cfg = moekit.preset_config(preset)
+    e, h, i = cfg["num_experts"], cfg["hidden_size"], cfg["intermediate_size"]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    if cfg["quant"] == "fp8-block":
+        w13 = (torch.randn(e, 2 * i, h, device="cuda", generator=g) * 16).to(torch.float8_e4m3fn)
+        w2 = (torch.randn(e, h, i, device="cuda", generator=g) * 16).to(torch.float8_e4m3fn)
+        s13 = torch.rand(e, -(-2 * i // 128), -(-h // 128), device="cuda", generator=g) * 1e-3 + 1e-3
+        s2 = torch.rand(e, -(-h // 128), -(-i // 128), device="cuda", generator=g) * 1e-3 + 1e-3
+    else:
+        raise SystemExit(f"{preset}: this bench makes fp8-block layers, the preset's quant is {cfg['quant']}")
+    bias = torch.rand(e, device="cuda", generator=g) * 0.1 if "bias" in cfg["routing"] else None
+    layer = moekit.MoELayer(w13, w2, w13_scale=s13, w2_scale=s2, e_score_correction_bias=bias, preset=preset,
+                            max_tokens=tokens)
+    hidden = torch.randn(tokens, h, device="cuda", generator=g).bfloat16()
+    logits = torch.randn(tokens, e, device="cuda", generator=g)
+    return layer, hidden, logits
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="qwen3-30b-a3b")
+    p.add_argument("--tokens", type=int, default=1)
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--cli", help="the moekit CLI of the same build, for its `bench` on the same problem")
+    args = p.parse_args()
+    layer, hidden, logits = layer_for(args.preset, args.tokens)
+    op = lambda: layer(hidden, router_logits=logits)  # noqa: E731
+    # The binding alone (no torch op dispatch): the C++ call through nanobind with a ready workspace.
+    raw, out = layer._layer, torch.empty_like(hidden)
+    ws = torch.empty(raw.workspace_size(args.tokens), dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    direct = lambda: raw.fused(hidden, logits, out, None, None, ws, stream)  # noqa: E731
+
+    graph_stream = torch.cuda.Stream()
+    graph_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(graph_stream):
+        op()
+    torch.cuda.current_stream().wait_stream(graph_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op()
+
+    print(f"{layer} T={args.tokens}, median of {args.runs} (µs)")
+    print(f"  torch op eager     {event_median(op, args.runs):8.1f}   host per call {host_median(op, args.runs):6.1f}")
+    print(f"  _C call eager      {event_median(direct, args.runs):8.1f}   host per call "
+          f"{host_median(direct, args.runs):6.1f}")
+    print(f"  torch op in graph  {event_median(graph.replay, args.runs):8.1f}")
+    if args.cli:
+        for mode in ("off", "on"):
+            run = subprocess.run([args.cli, "bench", "--preset", args.preset, "--tokens", str(args.tokens),
+                                  "--graph", mode, "--runs", str(args.runs)], capture_output=True, text=True)
+            rows = [line for line in run.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
+            print(f"  moekit bench --graph {mode}: " + (rows[0].strip() if rows else run.stdout + run.stderr))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""torch.ops.moekit.*: moekit's layer and router as torch custom ops.
+
+A layer is a C++ object; the ops name it by an integer handle (MoELayer registers itself), so
+that a traced graph holds a constant, not an object. Each op has a fake implementation (shapes
+and dtypes only) for torch.compile, and takes its workspace from torch's allocator (the caching
+allocator on CUDA, a graph's private pool under torch.cuda.graph), on torch's current stream.
+
+    fused(layer, hidden [T, H] bf16, router_logits [T, E]) -> out [T, H] bf16
+    experts(layer, hidden, topk_ids [T, k] i32, topk_weights [T, k] f32) -> out
+    experts_out(layer, hidden, topk_ids, topk_weights, out)            writes out
+    route(router_logits, bias, top_k, method, n_group, topk_group, routed_scaling_factor)
+        -> (topk_ids [T, k] i32, topk_weights [T, k] f32)
+"""
+import itertools
+
+import torch
+
+from . import _C
+
+_layers = {}
+_handles = itertools.count(1)
+
+
+def register(layer):
+    """Keeps a _C.Layer for the ops; returns its handle."""
+    handle = next(_handles)
+    _layers[handle] = layer
+    return handle
+
+
+def unregister(handle):
+    _layers.pop(handle, None)
+
+
+def _layer(handle):
+    try:
+        return _layers[handle]
+    except KeyError:
+        raise _C.Error(f"layer: no moekit layer has handle {handle} (freed, or never made)") from None
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _workspace(layer, hidden):
+    return torch.empty(layer.workspace_size(hidden.shape[0]), dtype=torch.uint8, device=hidden.device)
+
+
+def _out_like(hidden):
+    return hidden.new_empty(hidden.shape)
+
+
+@torch.library.custom_op("moekit::fused", mutates_args=())
+def fused(layer: int, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+    m = _layer(layer)
+    out = _out_like(hidden)
+    m.fused(hidden, router_logits, out, None, None, _workspace(m, hidden), _stream(hidden))
+    return out
+
+
+@fused.register_fake
+def _(layer, hidden, router_logits):
+    return _out_like(hidden)
+
+
+@torch.library.custom_op("moekit::experts_out", mutates_args=("out",))
+def experts_out(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                out: torch.Tensor) -> None:
+    m = _layer(layer)
+    m.external(hidden, topk_ids, topk_weights, out, _workspace(m, hidden), _stream(hidden))
+
+
+@experts_out.register_fake
+def _(layer, hidden, topk_ids, topk_weights, out):
+    return None
+
+
+@torch.library.custom_op("moekit::experts", mutates_args=())
+def experts(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    m = _layer(layer)
+    out = _out_like(hidden)
+    m.external(hidden, topk_ids, topk_weights, out, _workspace(m, hidden), _stream(hidden))
+    return out
+
+
+@experts.register_fake
+def _(layer, hidden, topk_ids, topk_weights):
+    return _out_like(hidden)
+
+
+@torch.library.custom_op("moekit::route", mutates_args=())
+def route(router_logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, method: str, n_group: int,
+          topk_group: int, routed_scaling_factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, weights = _route_outputs(router_logits, top_k)
+    config = {"top_k": top_k, "routing": method, "n_group": n_group, "topk_group": topk_group,
+              "routed_scaling_factor": routed_scaling_factor}
+    _C.route(config, router_logits, bias, ids, weights, _stream(router_logits))
+    return ids, weights
+
+
+def _route_outputs(router_logits, top_k):
+    t = router_logits.shape[0] if router_logits.dim() > 0 else 0
+    k = max(top_k, 0)
+    return (router_logits.new_empty((t, k), dtype=torch.int32), router_logits.new_empty((t, k), dtype=torch.float32))
+
+
+@route.register_fake
+def _(router_logits, bias, top_k, method, n_group, topk_group, routed_scaling_factor):
+    return _route_outputs(router_logits, top_k)

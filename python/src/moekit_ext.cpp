@@ -1,0 +1,352 @@
+// moekit._C: the thin binding under the Python package (python/moekit). Tensors arrive as
+// DLPack (torch tensors as they are, no copy) and become TensorViews; configs arrive as dicts
+// of the spellings moekit uses everywhere; moekit::Error becomes moekit.Error (a ValueError).
+// The GIL is released while moekit works. Everything above this file is Python.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "io/checkpoint.h"
+#include "io/layer_file.h"
+#include "io/presets.h"
+#include "moekit/moekit.h"
+
+#ifdef MOEKIT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace moekit::python {
+namespace {
+
+using Array = nb::ndarray<nb::ro>;
+using OptionalArray = std::optional<nb::ndarray<>>;
+
+DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
+  using Code = nb::dlpack::dtype_code;
+  const auto code = Code(d.code);
+  if (d.lanes == 1) {
+    if (code == Code::Float && d.bits == 32) return DType::f32;
+    if (code == Code::Float && d.bits == 16) return DType::f16;
+    if (code == Code::Bfloat && d.bits == 16) return DType::bf16;
+    if (code == Code::Float8_E4M3FN && d.bits == 8) return DType::fp8_e4m3;
+    if (code == Code::Int && d.bits == 32) return DType::i32;
+    if (code == Code::Int && d.bits == 64) return DType::i64;
+    if (code == Code::UInt && d.bits == 8) return DType::u8;
+  }
+  throw Error(std::string(name) + ": expected a float32|float16|bfloat16|float8_e4m3fn|int32|int64|uint8 tensor, given "
+              "DLPack dtype code " + std::to_string(int(d.code)) + " with " + std::to_string(int(d.bits)) + " bits");
+}
+
+// The device a tensor lives on, -1 for the host.
+int device_index(const nb::ndarray<>& a, const char* name) {
+  if (a.device_type() == nb::device::cpu::value) return -1;
+  if (a.device_type() == nb::device::cuda::value) return a.device_id();
+  throw Error(std::string(name) + ": expected a cpu or cuda tensor, given DLPack device type " +
+              std::to_string(a.device_type()));
+}
+
+TensorView view_of(const nb::ndarray<>& a, const char* name) {
+  require(a.ndim() <= std::size_t(kMaxRank), std::string(name) + ": expected at most 4 dimensions, given " +
+                                                   std::to_string(a.ndim()));
+  TensorView v;
+  v.data = a.data();
+  v.dtype = dtype_of(a.dtype(), name);
+  v.rank = int(a.ndim());
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[std::size_t(d)] = std::int64_t(a.shape(std::size_t(d)));
+    v.strides[std::size_t(d)] = std::int64_t(a.stride(std::size_t(d)));
+  }
+  v.device = device_index(a, name) < 0 ? Device::cpu : Device::cuda;
+  return v;
+}
+
+TensorView view_of(const OptionalArray& a, const char* name) { return a ? view_of(*a, name) : TensorView{}; }
+
+// Makes `device` current for the scope (CUDA tensors run where they live, as torch's ops do).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+#ifdef MOEKIT_HAVE_CUDA
+    if (device < 0) return;
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) return;
+    if (cudaSetDevice(device) != cudaSuccess) throw Error("cuda: cannot make device " + std::to_string(device) + " current");
+    restore_ = true;
+#else
+    require(device < 0, "tensors: cuda tensors given, and this build of moekit has no CUDA");
+#endif
+  }
+  ~DeviceScope() {
+#ifdef MOEKIT_HAVE_CUDA
+    if (restore_) cudaSetDevice(previous_);
+#endif
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+Stream as_stream(std::uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// ---- configs: dicts of moekit's spellings -------------------------------------------------
+
+template <class T>
+T get(const nb::dict& d, const char* key, T fallback) {
+  return d.contains(key) ? nb::cast<T>(d[key]) : fallback;
+}
+
+// The routing keys of a config dict (moekit.route takes these alone).
+RoutingConfig routing_from(const nb::dict& d) {
+  RoutingConfig r;
+  r.top_k = get<int>(d, "top_k", r.top_k);
+  if (d.contains("routing")) r.method = parse_routing_method(nb::cast<std::string>(d["routing"]));
+  r.n_group = get<int>(d, "n_group", r.n_group);
+  r.topk_group = get<int>(d, "topk_group", r.topk_group);
+  r.routed_scaling_factor = get<float>(d, "routed_scaling_factor", r.routed_scaling_factor);
+  if (d.contains("weight_placement")) {
+    const std::string p = nb::cast<std::string>(d["weight_placement"]);
+    require(p == "output" || p == "input", "weight_placement: expected output|input, given '" + p + "'");
+    r.weight_placement = p == "input" ? WeightPlacement::input : WeightPlacement::output;
+  }
+  return r;
+}
+
+MoEConfig config_from(const nb::dict& d) {
+  static const char* known[] = {"num_experts", "hidden_size", "intermediate_size", "top_k", "routing", "n_group",
+                                "topk_group", "routed_scaling_factor", "weight_placement", "activation", "quant",
+                                "scale_format", "accumulation", "swiglu_alpha", "swiglu_limit", "batch_invariant",
+                                "experts_path", "ep_size", "ep_rank"};
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    bool ok = false;
+    for (const char* name : known) ok = ok || k == name;
+    require(ok, "config: unknown key '" + k + "'");
+  }
+  MoEConfig c;
+  c.num_experts = get<std::int64_t>(d, "num_experts", 0);
+  c.hidden_size = get<std::int64_t>(d, "hidden_size", 0);
+  c.intermediate_size = get<std::int64_t>(d, "intermediate_size", 0);
+  c.routing = routing_from(d);
+  if (d.contains("activation")) c.activation = parse_activation(nb::cast<std::string>(d["activation"]));
+  if (d.contains("quant")) c.quant.scheme = parse_quant_scheme(nb::cast<std::string>(d["quant"]));
+  if (d.contains("scale_format")) {
+    const std::string f = nb::cast<std::string>(d["scale_format"]);
+    require(f == "f32" || f == "ue8m0", "scale_format: expected f32|ue8m0, given '" + f + "'");
+    c.quant.scale_format = f == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32;
+  }
+  if (d.contains("accumulation")) c.quant.accumulation = parse_fp8_accumulation(nb::cast<std::string>(d["accumulation"]));
+  c.swiglu_alpha = get<float>(d, "swiglu_alpha", c.swiglu_alpha);
+  c.swiglu_limit = get<float>(d, "swiglu_limit", c.swiglu_limit);
+  c.batch_invariant = get<bool>(d, "batch_invariant", c.batch_invariant);
+  if (d.contains("experts_path")) c.experts_path = parse_experts_path(nb::cast<std::string>(d["experts_path"]));
+  c.ep_size = get<int>(d, "ep_size", c.ep_size);
+  c.ep_rank = get<int>(d, "ep_rank", c.ep_rank);
+  validate(c);
+  return c;
+}
+
+nb::dict config_to(const MoEConfig& c) {
+  nb::dict d;
+  d["num_experts"] = c.num_experts;
+  d["hidden_size"] = c.hidden_size;
+  d["intermediate_size"] = c.intermediate_size;
+  d["top_k"] = c.routing.top_k;
+  d["routing"] = std::string(to_string(c.routing.method));
+  d["n_group"] = c.routing.n_group;
+  d["topk_group"] = c.routing.topk_group;
+  d["routed_scaling_factor"] = c.routing.routed_scaling_factor;
+  d["weight_placement"] = std::string(to_string(c.routing.weight_placement));
+  d["activation"] = std::string(to_string(c.activation));
+  d["quant"] = std::string(to_string(c.quant.scheme));
+  d["scale_format"] = std::string(to_string(c.quant.scale_format));
+  d["accumulation"] = std::string(to_string(c.quant.accumulation));
+  d["swiglu_alpha"] = c.swiglu_alpha;
+  d["swiglu_limit"] = c.swiglu_limit;
+  d["batch_invariant"] = c.batch_invariant;
+  d["experts_path"] = std::string(to_string(c.experts_path));
+  d["ep_size"] = c.ep_size;
+  d["ep_rank"] = c.ep_rank;
+  return d;
+}
+
+// ---- the layer ---------------------------------------------------------------------------
+
+Workspace aligned(const nb::ndarray<>& a) {
+  const TensorView v = view_of(a, "workspace");
+  const auto p = reinterpret_cast<std::uintptr_t>(v.data);
+  const std::uintptr_t q = (p + 255) / 256 * 256;
+  const std::size_t skip = q - p;
+  return {reinterpret_cast<void*>(q), v.nbytes() > skip ? v.nbytes() - skip : 0};
+}
+
+class PyLayer {
+ public:
+  PyLayer(const nb::dict& config, const nb::dict& weights, const std::string& backend, std::int64_t max_tokens,
+          std::uintptr_t stream) {
+    static const char* names[] = {"w13", "w2", "w13_scale", "w2_scale", "e_score_correction_bias", "w13_input_scale",
+                                  "w2_input_scale"};
+    for (auto [key, value] : weights) {
+      const std::string k = nb::cast<std::string>(key);
+      bool ok = false;
+      for (const char* name : names) ok = ok || k == name;
+      require(ok, "weights: unknown tensor '" + k + "'");
+    }
+    auto tensor = [&](const char* name) {
+      return weights.contains(name) && !weights[name].is_none() ? view_of(nb::cast<nb::ndarray<>>(weights[name]), name)
+                                                                : TensorView{};
+    };
+    Weights w{tensor("w13"), tensor("w2"), tensor("w13_scale"), tensor("w2_scale"), tensor("e_score_correction_bias"),
+              tensor("w13_input_scale"), tensor("w2_input_scale")};
+    device_ = weights.contains("w13") ? device_index(nb::cast<nb::ndarray<>>(weights["w13"]), "w13") : -1;
+    LayerOptions options;
+    options.backend = backend;
+    options.max_tokens = max_tokens;
+    const MoEConfig c = config_from(config);
+    nb::gil_scoped_release release;
+    const DeviceScope scope(device_);
+    prepared_ = std::make_unique<PreparedWeights>(c, w, options, as_stream(stream));
+    layer_ = std::make_unique<Layer>(*prepared_, options);
+  }
+
+  std::size_t workspace_size(std::int64_t tokens) const { return layer_->workspace_size(tokens) + 256; }
+
+  void fused(const nb::ndarray<>& hidden, const nb::ndarray<>& logits, const nb::ndarray<>& out,
+             const OptionalArray& ids, const OptionalArray& weights, const nb::ndarray<>& workspace,
+             std::uintptr_t stream) const {
+    const FusedArgs args{view_of(hidden, "hidden"), view_of(logits, "router_logits"), view_of(out, "out"),
+                         view_of(ids, "topk_ids"), view_of(weights, "topk_weights")};
+    const Workspace ws = aligned(workspace);
+    nb::gil_scoped_release release;
+    const DeviceScope scope(device_);
+    layer_->forward(args, ws, as_stream(stream));
+  }
+
+  void external(const nb::ndarray<>& hidden, const nb::ndarray<>& ids, const nb::ndarray<>& weights,
+                const nb::ndarray<>& out, const nb::ndarray<>& workspace, std::uintptr_t stream) const {
+    const ExternalArgs args{view_of(hidden, "hidden"), view_of(ids, "topk_ids"), view_of(weights, "topk_weights"),
+                            view_of(out, "out")};
+    const Workspace ws = aligned(workspace);
+    nb::gil_scoped_release release;
+    const DeviceScope scope(device_);
+    layer_->forward(args, ws, as_stream(stream));
+  }
+
+  const Layer& layer() const { return *layer_; }
+  const PreparedWeights& prepared() const { return *prepared_; }
+
+ private:
+  int device_ = -1;
+  std::unique_ptr<PreparedWeights> prepared_;
+  std::unique_ptr<Layer> layer_;
+};
+
+// ---- host tensors handed to torch --------------------------------------------------------
+
+// A moekit host tensor as a DLPack array that owns it (fp8 travels as uint8: the caller views it).
+nb::object to_python(Tensor&& tensor) {
+  if (!tensor.defined()) return nb::none();
+  auto* owner = new Tensor(std::move(tensor));
+  nb::capsule free_it(owner, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<std::size_t> shape(owner->shape().begin(), owner->shape().end());
+  nb::dlpack::dtype dt;
+  switch (owner->dtype()) {
+    case DType::f32: dt = nb::dtype<float>(); break;
+    case DType::i32: dt = nb::dtype<std::int32_t>(); break;
+    case DType::i64: dt = nb::dtype<std::int64_t>(); break;
+    case DType::bf16: dt = {std::uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1}; break;
+    case DType::f16: dt = {std::uint8_t(nb::dlpack::dtype_code::Float), 16, 1}; break;
+    case DType::fp8_e4m3:
+    case DType::u8: dt = nb::dtype<std::uint8_t>(); break;
+  }
+  return nb::cast(nb::ndarray<nb::pytorch>(owner->view().data, shape.size(), shape.data(), free_it, nullptr, dt));
+}
+
+nb::dict import_hf(const std::string& folder, int layer, int ep_size, int ep_rank) {
+  io::CheckpointLayer l = [&] {
+    nb::gil_scoped_release release;
+    return io::import_hf_layer(folder, layer, {ep_size, ep_rank});
+  }();
+  nb::dict d;
+  d["config"] = config_to(l.config);
+  d["w13"] = to_python(std::move(l.w13));
+  d["w2"] = to_python(std::move(l.w2));
+  d["w13_scale"] = to_python(std::move(l.w13_scale));
+  d["w2_scale"] = to_python(std::move(l.w2_scale));
+  d["e_score_correction_bias"] = to_python(std::move(l.e_score_correction_bias));
+  d["gate_weight"] = to_python(std::move(l.gate_weight));
+  return d;
+}
+
+}  // namespace
+}  // namespace moekit::python
+
+NB_MODULE(_C, m) {
+  using namespace moekit;
+  using namespace moekit::python;
+  nb::exception<Error>(m, "Error", PyExc_ValueError);
+
+  m.def("version", [] { return std::string(version()); });
+  m.def("cuda_available", &cuda_available);
+  m.def("backend_names", &backend_names);
+  m.def("presets", [] {
+    nb::list out;
+    for (const io::Preset& p : io::presets()) out.append(nb::make_tuple(p.name, config_to(p.config), p.note));
+    return out;
+  });
+  m.def("check_config", [](const nb::dict& d) { return config_to(config_from(d)); }, "config"_a,
+        "The config with every field filled in, after moekit's validation.");
+
+  nb::class_<PyLayer>(m, "Layer")
+      .def(nb::init<const nb::dict&, const nb::dict&, const std::string&, std::int64_t, std::uintptr_t>(), "config"_a,
+           "weights"_a, "backend"_a, "max_tokens"_a, "stream"_a)
+      .def("workspace_size", &PyLayer::workspace_size, "tokens"_a,
+           "Bytes of workspace a call of up to `tokens` tokens takes (with room to align it).")
+      .def("fused", &PyLayer::fused, "hidden"_a, "router_logits"_a, "out"_a, "topk_ids"_a.none(),
+           "topk_weights"_a.none(), "workspace"_a, "stream"_a)
+      .def("external", &PyLayer::external, "hidden"_a, "topk_ids"_a, "topk_weights"_a, "out"_a, "workspace"_a,
+           "stream"_a)
+      .def_prop_ro("backend", [](const PyLayer& l) { return std::string(l.layer().backend_name()); })
+      .def_prop_ro("config", [](const PyLayer& l) { return config_to(l.layer().config()); })
+      .def_prop_ro("owned_bytes", [](const PyLayer& l) { return l.prepared().owned_bytes(); })
+      .def_prop_ro("selection", [](const PyLayer& l) { return l.layer().selection().to_string(); });
+
+  m.def(
+      "route",
+      [](const nb::dict& config, const nb::ndarray<>& logits, const OptionalArray& bias, const nb::ndarray<>& ids,
+         const nb::ndarray<>& weights, std::uintptr_t stream) {
+        const RoutingConfig r = routing_from(config);
+        const RoutingInputs in{view_of(logits, "router_logits"), view_of(bias, "bias")};
+        const RoutingOutputs out{view_of(ids, "topk_ids"), view_of(weights, "topk_weights")};
+        const int device = device_index(logits, "router_logits");
+        nb::gil_scoped_release release;
+        const DeviceScope scope(device);
+        route(r, in, out, as_stream(stream));
+      },
+      "config"_a, "router_logits"_a, "bias"_a.none(), "topk_ids"_a, "topk_weights"_a, "stream"_a);
+  m.def(
+      "quantize_weights",
+      [](const std::string& quant, const std::string& scale_format, const nb::ndarray<>& w, const nb::ndarray<>& q,
+         const nb::ndarray<>& scales) {
+        require(scale_format == "f32" || scale_format == "ue8m0",
+                "scale_format: expected f32|ue8m0, given '" + scale_format + "'");
+        const QuantScheme scheme = parse_quant_scheme(quant);
+        const TensorView wv = view_of(w, "w"), qv = view_of(q, "q"), sv = view_of(scales, "scales");
+        nb::gil_scoped_release release;
+        quantize_weights(scheme, scale_format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32, wv, qv, sv);
+      },
+      "quant"_a, "scale_format"_a, "w"_a, "q"_a, "scales"_a);
+  m.def("import_hf_layer", &import_hf, "folder"_a, "layer"_a, "ep_size"_a, "ep_rank"_a);
+}
