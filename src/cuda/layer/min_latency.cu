@@ -62,10 +62,12 @@ std::size_t gemm2_shared(const Problem& p) {
 }
 
 // A launch that may begin while the previous kernel on the stream finishes (the kernel waits
-// for it with griddepcontrol.wait before reading what it wrote).
+// for it with griddepcontrol.wait before reading what it wrote); opts in to `shared` bytes.
 template <typename... Params, typename... Values>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
                       Values... values) {
+  if (shared > kDefaultShared)
+    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -82,11 +84,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
 template <Activation kAct, bool kFp8>
 void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
   const dim3 grid(unsigned(p.config.intermediate_size / kChannels), unsigned(max_entries(p)));
-  constexpr std::size_t shared = gemm1_shared<kAct>();
-  if (shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(
-        cudaFuncSetAttribute(gemm1_activation<kAct, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-  launch_dependent(gemm1_activation<kAct, kFp8>, grid, dim3(kGemm1Warps * 32), shared, stream, kp);
+  launch_dependent(gemm1_activation<kAct, kFp8>, grid, dim3(kGemm1Warps * 32), gemm1_shared<kAct>(), stream, kp);
 }
 
 // The three launches: the input's preparation with the plan, GEMM1 + activation, GEMM2 + combine.
@@ -96,9 +94,6 @@ void launch_all(const Problem& p, const PrepareParams& q, const permute::OneBloc
   const MoEConfig& c = p.config;
   const cudaStream_t s = as_cuda(stream);
   core::mark_step(steps, "permute", stream);
-  if (plan.shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(
-        cudaFuncSetAttribute(prepare_and_plan<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.shared)));
   launch_dependent(prepare_and_plan<kFp8>, dim3(prepare_blocks), dim3(permute::kOneBlockThreads), plan.shared, s, q,
                    plan.params);
   core::mark_step(steps, "gemm1", stream);
@@ -109,11 +104,8 @@ void launch_all(const Problem& p, const PrepareParams& q, const permute::OneBloc
     case Activation::relu2: launch_gemm1<Activation::relu2, kFp8>(p, kp, s); break;
   }
   core::mark_step(steps, "gemm2", stream);
-  const std::size_t shared = gemm2_shared(p);
-  if (shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(gemm2_combine<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-  launch_dependent(gemm2_combine<kFp8>, dim3(unsigned(c.hidden_size / kChannels)), dim3(kGemm2Warps * 32), shared, s,
-                   kp, int(max_entries(p)));
+  launch_dependent(gemm2_combine<kFp8>, dim3(unsigned(c.hidden_size / kChannels)), dim3(kGemm2Warps * 32),
+                   gemm2_shared(p), s, kp, int(max_entries(p)));
 }
 
 }  // namespace

@@ -178,6 +178,12 @@ __device__ __forceinline__ void rows_operand(const std::uint8_t* rows, int g, in
 #pragma unroll
   for (int h = 0; h < 2; ++h) x[h] = load_shared(rows + swizzled(g, h * 4 + t));
 }
+// The same operand of a row past the first 8, from global memory (`row` at its K block; null:
+// a row past the entry's, zeros).
+__device__ __forceinline__ void row_operand(const std::uint8_t* row, int t, uint4 (&x)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) x[h] = row ? __ldg(reinterpret_cast<const uint4*>(row + h * 64 + t * 16)) : make_uint4(0, 0, 0, 0);
+}
 
 // Runs items [0, n) through a warp's ring: load(i, stage) issues item i's copies, compute(i,
 // stage) consumes them.
@@ -304,11 +310,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
         rows_operand(stage + R::kRows, g, t, x);
         if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
       } else {
-        const bool has = q * kPassRows + g < en.rows;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          x[h] = has ? __ldg(reinterpret_cast<const uint4*>(x_row(q * kPassRows + g, kb) + h * 64 + t * 16))
-                     : make_uint4(0, 0, 0, 0);
+        row_operand(q * kPassRows + g < en.rows ? x_row(q * kPassRows + g, kb) : nullptr, t, x);
         if (kFp8) {
           sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
           sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
@@ -496,10 +498,8 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
         rows_operand(stage + R::kRows, g, t, x);
         if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
       } else {
-        const bool has = q * kPassRows + g < en.rows;
-        const std::uint8_t* xr = p.q2 + std::size_t(en.row0 + q * kPassRows + g) * row_bytes + std::size_t(kb) * 128 + t * 16;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) x[h] = has ? __ldg(reinterpret_cast<const uint4*>(xr + h * 64)) : make_uint4(0, 0, 0, 0);
+        const int row = q * kPassRows + g;
+        row_operand(row < en.rows ? p.q2 + std::size_t(en.row0 + row) * row_bytes + std::size_t(kb) * 128 : nullptr, t, x);
         if (kFp8) {
           sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
           sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
