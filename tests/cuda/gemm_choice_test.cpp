@@ -28,7 +28,10 @@ constexpr std::int64_t kGroups = 256;
 
 // deepseek-v3's GEMM1 (N=4096, K=7168) and qwen3-30b-a3b's GEMM2 (N=2048, K=768) shapes.
 const Case kCases[] = {
-    {"decode_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, false, GemmTile::rows8_warp_mma},
+    {"decode_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, false, GemmTile::tokens8_n128_wgmma},
+    {"decode_block_short_k", GemmKind::fp8_block, 2048, 768, 0.25, GemmSums::tensor_core, false, GemmTile::rows8_warp_mma},
+    {"decode_block_8_rows", GemmKind::fp8_block, 4096, 7168, 8, GemmSums::tensor_core, false, GemmTile::tokens8_n128_wgmma},
+    {"decode_block_short_k_2_rows", GemmKind::fp8_block, 2048, 768, 2, GemmSums::tensor_core, false, GemmTile::tokens8_n128_wgmma},
     {"decode_block_k32", GemmKind::fp8_block, 4096, 7168, 0.5, GemmSums::k32, false, GemmTile::rows8_warp_mma},
     {"decode_block_invariant", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, true, GemmTile::m128_n128_cooperative},
     {"few_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
@@ -64,6 +67,56 @@ TEST_P(CudaGemmChoice, PicksTheMeasuredTile) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGemmChoice, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// The masked format: only tiles that honour counts (a block's empty tail neither computed nor
+// written), by the rows the caller expects.
+struct MaskedCase {
+  const char* name;
+  GemmKind kind;
+  double expected_rows;
+  GemmSums sums;
+  bool batch_invariant;
+  GemmTile expected;
+};
+
+const MaskedCase kMaskedCases[] = {
+    {"block_8", GemmKind::fp8_block, 8, GemmSums::tensor_core, false, GemmTile::tokens8_n128_wgmma},
+    {"block_16", GemmKind::fp8_block, 16, GemmSums::tensor_core, false, GemmTile::tokens16_n128_wgmma},
+    {"block_32", GemmKind::fp8_block, 32, GemmSums::tensor_core, false, GemmTile::tokens32_n128_wgmma},
+    {"block_64", GemmKind::fp8_block, 64, GemmSums::tensor_core, false, GemmTile::m64_n128_wgmma},
+    {"block_200", GemmKind::fp8_block, 200, GemmSums::tensor_core, false, GemmTile::m128_n128_wgmma},
+    {"block_invariant", GemmKind::fp8_block, 3, GemmSums::tensor_core, true, GemmTile::tokens32_n128_wgmma},
+    {"block_k32", GemmKind::fp8_block, 8, GemmSums::k32, false, GemmTile::m64_n128_wgmma},
+    {"block_f32", GemmKind::fp8_block, 8, GemmSums::f32, false, GemmTile::m64_n128_f16},
+    {"block_f32_invariant", GemmKind::fp8_block, 8, GemmSums::f32, true, GemmTile::m128_n128_f16},
+    {"bf16_8", GemmKind::bf16, 8, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
+    {"bf16_100", GemmKind::bf16, 100, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+};
+
+class CudaMaskedGemmChoice : public ::testing::TestWithParam<MaskedCase> {};
+
+TEST_P(CudaMaskedGemmChoice, PicksATileThatHonoursCounts) {
+  const MaskedCase& c = GetParam();
+  const cuda::GroupedGemmDesc desc{c.kind, kGroups, 4096, 7168, kGroups * 256, kGroups * 256};
+  const cuda::GemmChoice choice = cuda::choose_masked_gemm_config(desc, c.expected_rows, c.sums, c.batch_invariant);
+  EXPECT_EQ(choice.config.tile, c.expected) << "got " << choice.config.to_string() << " (" << choice.reason << ")";
+  EXPECT_TRUE(cuda::honours_counts(c.kind, choice.config.tile));
+  const Status status = cuda::can_implement(desc, choice.config);
+  EXPECT_TRUE(status) << status.reason();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMaskedGemmChoice, ::testing::ValuesIn(kMaskedCases),
+                         [](const ::testing::TestParamInfo<MaskedCase>& info) { return std::string(info.param.name); });
+
+TEST(CudaMaskedGemmChoice, CutlassFp8TilesComputeEveryRow) {
+  EXPECT_FALSE(cuda::honours_counts(GemmKind::fp8_block, GemmTile::m64_n128_pingpong));
+  EXPECT_FALSE(cuda::honours_counts(GemmKind::fp8_channel, GemmTile::m128_n128_cooperative));
+  EXPECT_TRUE(cuda::honours_counts(GemmKind::bf16, GemmTile::m64_n128_pingpong));
+  for (GemmTile t : cuda::kAllGemmTiles) {
+    if (t == GemmTile::m64_n128_pingpong || t == GemmTile::m128_n128_cooperative) continue;
+    EXPECT_TRUE(cuda::honours_counts(GemmKind::fp8_block, t)) << cuda::to_string(t);
+  }
+}
 
 // Which sums each GEMM of a layer needs: GEMM1's output is requantized (FP8), GEMM2's is the result.
 TEST(CudaGemmChoice, SumsFollowTheAccumulationMode) {

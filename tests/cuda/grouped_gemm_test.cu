@@ -248,12 +248,14 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   const std::vector<bf16> device_out = d.download();
   // Back to the host rows; the padding rows must be left as poisoned.
   std::vector<bf16> got(expected.size());
+  // (CUTLASS's FP8 tiles compute every row of a group's block: theirs may be written.)
+  const bool untouched = c.padding == Padding::none || cuda::honours_counts(c.kind, c.tile);
   for (std::int64_t r = 0; r < device_rows; ++r) {
     const std::int64_t src = layout.source_row[std::size_t(r)];
     for (std::int64_t j = 0; j < n; ++j) {
       const bf16 v = device_out[std::size_t(r * n + j)];
       if (src >= 0) got[std::size_t(src * n + j)] = v;
-      else ASSERT_TRUE(std::isnan(bf16_to_float(v))) << "padding row " << r << " written";
+      else if (untouched) ASSERT_EQ(v.bits, 0xffff) << "padding row " << r << " written";
     }
   }
 
@@ -285,20 +287,24 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
+  // The padded forms on the shapes that run in milliseconds (not the 7168-wide ones).
+  auto takes = [](Padding padding, const Shape& s) { return padding == Padding::none || (s.n < 7168 && s.k < 7168); };
   for (Padding padding : {Padding::none, Padding::aligned, Padding::masked}) {
     for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
-        for (const Shape& s : kShapes) cases.push_back({kind, tile, s, padding});
+        for (const Shape& s : kShapes)
+          if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
-          for (const Shape& s : kShapes) cases.push_back({kind, tile, s, padding});
+          for (const Shape& s : kShapes)
+            if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     // The warp-MMA and decode kernels take whole 128-K blocks (can_implement says so).
     for (GemmTile tile : {GemmTile::rows8_warp_mma, GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma,
                           GemmTile::tokens32_n128_wgmma})
       for (const Shape& s : kShapes)
-        if (cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
+        if (takes(padding, s) && cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
           cases.push_back({GemmKind::fp8_block, tile, s, padding});
   }
   return cases;

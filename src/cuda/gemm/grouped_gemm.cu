@@ -84,10 +84,18 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
     return {{tile}, "batch-invariant: the same tile at every batch size"};
   }
   const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows per group";
-  // Decode: most groups empty or a row or two; the tiles below would be padding and one per SM.
-  if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 &&
+  // Decode: most groups empty or a few rows; a 64-row tile would be padding. The decode WGMMA
+  // kernel streams W at 3.5-4.3 TB/s where the others reach 1.5-4.2 (deepseek-v3 and qwen3-30b-a3b
+  // shapes at 1-8 rows per group, docs/PERF.md); the warp-MMA kernel stays where its sums are
+  // needed (f32-like: exact, strict) and at small K (qwen3-30b-a3b GEMM2, K=768: 12.0 against 13.3 us).
+  const bool fast_sums = sums == GemmSums::tensor_core;
+  if (desc.kind == GemmKind::fp8_block && rows_per_group <= 0.5 && (!fast_sums || desc.k < 1024) &&
       cuda::can_implement(desc, {GemmTile::rows8_warp_mma}))
-    return {{GemmTile::rows8_warp_mma}, rows + " <= 0.5: warps stream W once per 8 rows, no tile padding"};
+    return {{GemmTile::rows8_warp_mma}, rows + " <= 0.5" + (fast_sums ? ", K < 1024" : ", f32-like sums") +
+                                            ": warps stream W once per 8 rows, no tile padding"};
+  if (desc.kind == GemmKind::fp8_block && fast_sums && rows_per_group <= 8 &&
+      cuda::can_implement(desc, {GemmTile::tokens8_n128_wgmma}))
+    return {{GemmTile::tokens8_n128_wgmma}, rows + " <= 8: W as WGMMA's 64-row operand, 8-row tiles of the group"};
   // Few rows per group (many experts): a 128-row tile would be mostly padding.
   const bool few = rows_per_group <= 64;
   const std::string tiles = few ? " <= 64: 64-row tiles waste less" : " > 64: 128-row tiles reuse W better";
@@ -116,6 +124,35 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
       cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
     return {{GemmTile::m192_n128_wgmma_k128}, rows + " > 64, per-row scales: 192-row tiles, f32 every 128 of K"};
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
+}
+
+bool honours_counts(GemmKind kind, GemmTile tile) {
+  const bool cutlass = tile == GemmTile::m128_n128_cooperative || tile == GemmTile::m64_n128_pingpong;
+  return !cutlass || kind == GemmKind::bf16;
+}
+
+GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums,
+                                     bool batch_invariant) {
+  const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows expected per group";
+  if (desc.kind == GemmKind::bf16) {
+    if (batch_invariant) return {{GemmTile::m128_n128_cooperative}, "batch-invariant: the same tile for every count"};
+    const bool few = rows_per_group <= 64;
+    return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative},
+            rows + (few ? " <= 64: 64-row tiles" : " > 64: 128-row tiles")};
+  }
+  // FP8: moekit's kernels, which skip a block's empty tail (CUTLASS's FP8 tiles compute all of it).
+  if (sums == GemmSums::tensor_core && desc.kind == GemmKind::fp8_block) {
+    // A row's sums do not depend on the tile's other rows: one 32-row tile serves every count.
+    if (batch_invariant) return {{GemmTile::tokens32_n128_wgmma}, "batch-invariant: 32-row decode tiles for every count"};
+    if (rows_per_group <= 8) return {{GemmTile::tokens8_n128_wgmma}, rows + " <= 8: 8-row decode tiles (W as WGMMA's A)"};
+    if (rows_per_group <= 16) return {{GemmTile::tokens16_n128_wgmma}, rows + " <= 16: 16-row decode tiles"};
+    if (rows_per_group <= 32) return {{GemmTile::tokens32_n128_wgmma}, rows + " <= 32: 32-row decode tiles"};
+  }
+  const bool few = rows_per_group <= 64 && !batch_invariant;
+  if (sums == GemmSums::f32)
+    return {{few ? GemmTile::m64_n128_f16 : GemmTile::m128_n128_f16}, rows + "; strict: f16 WGMMA, f32-like sums"};
+  return {{few ? GemmTile::m64_n128_wgmma : GemmTile::m128_n128_wgmma},
+          rows + (few ? " <= 64: 64-row FP8 WGMMA tiles" : ": 128-row FP8 WGMMA tiles") + ", f32 every 32 of K"};
 }
 
 Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {

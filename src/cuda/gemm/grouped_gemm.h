@@ -1,7 +1,7 @@
 // Grouped GEMMs of the experts on Hopper (CUTLASS, TMA warp-specialized; moekit's own kernels):
 // the rows of group e are [offsets[e], offsets[e+1]) of A and D (the contiguous format), or the
-// first counts[e] of them (counts given: padding or a masked block's empty tail skipped); group e
-// multiplies W[e].
+// first counts[e] of them (counts given: padding or a masked block's empty tail skipped, see
+// honours_counts); group e multiplies W[e].
 //   D[rows, N] (bf16) = A[rows, K] x W[e][N, K]^T, f32 accumulation.
 // Problem sizes and pointers are filled on the GPU from the device offsets: no host sync,
 // so a call can be captured in a CUDA graph. Groups with no rows cost nothing.
@@ -81,10 +81,15 @@ struct GroupedGemmArgs {
   const float* w_scales = nullptr;
   bf16* d = nullptr;
   // [groups] the rows of each group that carry data, its first counts[e] (the rest is padding, or
-  // the empty tail of a masked block; 0 <= counts[e] <= offsets[e+1] - offsets[e]): optional; every kernel then computes and writes those rows
-  // alone (the other rows of D are not written). null: every row of offsets
+  // the empty tail of a masked block; 0 <= counts[e] <= offsets[e+1] - offsets[e]): optional;
+  // every kernel but CUTLASS's FP8 ones (honours_counts) then computes and writes those rows alone.
+  // null: every row of offsets
   const std::int32_t* counts = nullptr;
 };
+
+// Whether the kernel of (kind, tile) computes and writes only the first counts[e] rows of a
+// group (all but CUTLASS's FP8 tiles, which compute every row of offsets).
+bool honours_counts(GemmKind kind, GemmTile tile);
 
 // The heuristic: one rule per line, with the reason in the returned string.
 struct GemmChoice {
@@ -103,6 +108,11 @@ enum class GemmSums : std::uint8_t { tensor_core, k32, f32 };
 // depend on how many rows came with it; otherwise by the expected rows per group.
 GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, GemmSums sums,
                               bool batch_invariant);
+// The masked format: groups of max_rows / groups rows of which the caller expects
+// expected_rows_per_group to carry data; only tiles that honour counts (the rest of a block is
+// neither computed nor written), the same tile for every count when batch_invariant.
+GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double expected_rows_per_group, GemmSums sums,
+                                     bool batch_invariant);
 // The sums a layer's GEMM1 (requantized) or GEMM2 needs under its FP8 accumulation mode.
 GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized);
 

@@ -122,8 +122,9 @@ __global__ void fill_group_arrays(FillParams<K> p) {
   const int n = p.n, k = p.k;
   const int k_blocks = (k + 127) / 128;
   auto& g = p.arrays;
-  // Only the rows that carry data are computed (the masked format's blocks are mostly empty).
-  g.problems[e] = {p.args.counts ? p.args.counts[e] : rows, n, k};
+  // bf16: only the rows that carry data are computed (a masked block's empty tail skipped). FP8:
+  // every row of the block, as CUTLASS's blockwise mainloop lays the scales out by the problem's M.
+  g.problems[e] = {!K::kFp8 && p.args.counts ? p.args.counts[e] : rows, n, k};
   g.a[e] = static_cast<const typename K::Element*>(p.args.a) + row0 * k;
   g.b[e] = static_cast<const typename K::Element*>(p.args.w) + std::int64_t(e) * n * k;
   g.d[e] = reinterpret_cast<cutlass::bfloat16_t*>(p.args.d) + row0 * n;

@@ -265,8 +265,8 @@ class Experts final : public core::ExpertsStage {
     const Fp8Accumulation a = config_.quant.accumulation;
     const bool invariant = config_.batch_invariant;
     const double per_group = double(p.expected_rows);
-    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true), invariant).config},
-            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
+    return {{d1, choose_masked_gemm_config(d1, per_group, gemm_sums(kind, a, true), invariant).config},
+            {d2, choose_masked_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
   }
 
   // The two GEMMs and the tile each one gets, for `moekit explain` and the run.
