@@ -251,7 +251,7 @@ TEST(CudaLayerMinLatency, FusedRoutingEveryMethodAndLogitsDtype) {
     }
 }
 
-// A forced path the layer cannot take is refused by name, at the first call.
+// A forced path the layer cannot take is refused by name.
 TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   LayerCase c;
@@ -262,8 +262,8 @@ TEST(CudaLayerMinLatency, AForcedPathThatCannotRunIsRefused) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const TestLayer lw = make_test_layer(c, seed);
   const Inputs in = make_inputs(c, lw, seed);
-  Layer layer(config_of(c), lw.weights(), on_cuda());
-  try {
+  try {  // refused when the layer is made (its stages are checked there), or else at the call
+    Layer layer(config_of(c), lw.weights(), on_cuda());
     gpu_external(layer, in.hidden, in.routing);
     ADD_FAILURE() << "an fp8-rowwise layer must not run on the min-latency path";
   } catch (const Error& e) {

@@ -29,11 +29,18 @@ cuda::min_latency::Choice choice(const MoEConfig& c, std::int64_t tokens) {
   return cuda::min_latency::choose(p);
 }
 
-// The switch-over measured on the H200: up to 1/8 row per expert (qwen3 T <= 2, deepseek T <= 4).
+// The switch-over measured on the H200: up to 1/8 row per expert on small experts (qwen3 T <= 2);
+// deepseek-v3's 44 MB experts stay on the staged path's decode GEMMs from T=1.
 TEST(MinLatencyChoice, DecodeBatchesTakeIt) {
   for (const std::int64_t t : {1, 2}) EXPECT_TRUE(choice(kQwen3, t).taken) << "qwen3 T=" << t << ": " << choice(kQwen3, t).reason;
-  for (const std::int64_t t : {1, 2, 4})
-    EXPECT_TRUE(choice(kDeepseek, t).taken) << "deepseek T=" << t << ": " << choice(kDeepseek, t).reason;
+  for (const std::int64_t t : {1, 2, 4}) {
+    const auto c = choice(kDeepseek, t);
+    EXPECT_FALSE(c.taken) << "deepseek T=" << t;
+    EXPECT_NE(c.reason.find("MB of weights per expert"), std::string::npos) << c.reason;
+  }
+  MoEConfig bf16 = kDeepseek;  // bf16's warp MMAs are native: the size rule is fp8-block's
+  bf16.quant.scheme = QuantScheme::bf16;
+  EXPECT_TRUE(choice(bf16, 1).taken) << choice(bf16, 1).reason;
 }
 
 TEST(MinLatencyChoice, Bf16TakesItWithBlocksOf64) {

@@ -147,6 +147,14 @@ Choice choose(const Problem& p) {
                 per_expert > bound ? ">" : "<=", bound);
   if (per_expert > bound)
     return {false, "staged path: " + std::string(rule) + " (where the min-latency path stops winning)"};
+  if (p.config.quant.scheme == QuantScheme::fp8_block) {
+    // W13 and W2 of one expert: 2I x H + H x I FP8 values.
+    const double bytes = 3.0 * double(p.config.hidden_size) * double(p.config.intermediate_size);
+    if (bytes > kAutoExpertBytesFp8) {
+      std::snprintf(rule, sizeof rule, "%.1f MB of weights per expert > %.1f MB", bytes / 1e6, kAutoExpertBytesFp8 / 1e6);
+      return {false, "staged path: " + std::string(rule) + " (its decode GEMMs stream large experts faster)"};
+    }
+  }
   return {true, "min-latency path: " + std::string(rule)};
 }
 

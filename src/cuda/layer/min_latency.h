@@ -20,13 +20,17 @@ namespace moekit::cuda::min_latency {
 
 // T·k bound of the path (the combine keeps a channel strip of every row in shared memory).
 inline constexpr std::int64_t kMaxSlots = 512;
-// The automatic rule: at most this many rows per local expert on average (T·k / E_local). On the
-// H200 (docs/PERF.md, decode) fp8-block is faster up to 1/8 (qwen3-30b-a3b T=1: 35.3 µs against
-// 49.8; deepseek-v3 T=1-4), level at 1/4 (deepseek-v3 T=8) and slower beyond: its FP8 warp MMAs
-// are F2FP conversions plus f16 HMMAs on sm_90, which the staged GEMMs' WGMMAs are not. bf16's
-// MMAs are native: faster at every T measured, up to 1/2 (qwen3-30b-a3b T=8: 152.6 against 173.2).
+// The automatic rule: at most this many rows per local expert on average (T·k / E_local), and for
+// fp8-block experts of at most kAutoExpertBytesFp8 of weights. On the H200 (docs/PERF.md, decode)
+// fp8-block is faster up to 1/8 on small experts (qwen3-30b-a3b, 4.7 MB each: T=1 34.2 µs against
+// 46.1, T=2 54.0 against 55.9) and slower beyond; on large ones the staged path's decode WGMMA
+// GEMMs stream their weights faster than its FP8 warp MMAs (F2FP conversions plus f16 HMMAs on
+// sm_90) from T=1 (deepseek-v3, 44 MB each: T=1 140.0 against 139.5, T=2 221.9 against 231.9,
+// T=4 351.0 against 386.7). bf16's MMAs are native: faster at every T measured, up to 1/2
+// (qwen3-30b-a3b T=8: 152.6 against 173.2).
 inline constexpr double kAutoRowsPerExpertFp8 = 0.125;
 inline constexpr double kAutoRowsPerExpertBf16 = 0.5;
+inline constexpr double kAutoExpertBytesFp8 = 16.0 * 1024 * 1024;
 
 struct Problem {
   MoEConfig config;
