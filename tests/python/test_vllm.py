@@ -30,8 +30,9 @@ def test_apply_with_an_expert_map(device, quant, rng):
     expected = ref.moe(hidden, local, weights, w1, w2, s1, s2, quant)
 
     output = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
+    w1_device, w2_device = to(device, w1, w2)  # vLLM hands the same weight tensors to every call
     for _ in range(2):  # the second call reuses the prepared layer
-        experts.apply(output, hidden.to(device), *to(device, w1, w2), weights.to(device), ids.long().to(device),
+        experts.apply(output, hidden.to(device), w1_device, w2_device, weights.to(device), ids.long().to(device),
                       "silu", E_global, expert_map.to(device), None, None, torch.empty(ws13), torch.empty(ws2), None,
                       False)
     assert len(experts._layers) == 1
