@@ -14,6 +14,7 @@
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/min_latency.h"
 #include "cuda/layer/device_weights.h"
+#include "cuda/layer/tactic.h"
 #endif
 
 namespace moekit::cli {
@@ -29,6 +30,25 @@ std::string check_rule(const QuantConfig& quant) {
   }
   return "check rule, " + mode + ": " + core::check_rule_text(quant) + "\n";
 }
+
+#ifdef MOEKIT_HAVE_CUDA
+// The tactic of the cuda Experts step at T and in each token bucket up to 16384 (and T's): tuned,
+// with the file and time, or the heuristic's, with its reasons; and which cache entries were
+// ignored, and why.
+void print_tactics(const MoEConfig& config, std::int64_t tokens, const TuningOptions& tuning) {
+  const cuda::TacticChooser chooser(config, &tuning);
+  for (const std::string& line : chooser.table().report()) std::printf("%s\n", line.c_str());
+  std::vector<std::int64_t> buckets;
+  for (std::int64_t b = 1; b <= 16384; b *= 2) buckets.push_back(b);
+  if (tokens > 16384) buckets.push_back(io::token_bucket(tokens));
+  std::printf("cuda experts tactic per token bucket (T in (b/2, b]; T=%lld marked *):\n", static_cast<long long>(tokens));
+  for (std::int64_t b : buckets) {
+    const cuda::TacticChoice c = chooser.choose({config, b, 0, false});
+    std::printf("  %s T<=%-6lld %s: %s\n", io::token_bucket(tokens) == b ? "*" : " ", static_cast<long long>(b),
+                c.tactic.name().c_str(), cuda::describe(c, chooser.table().file()).c_str());
+  }
+}
+#endif
 
 }  // namespace
 
@@ -56,6 +76,9 @@ int cmd_version(int argc, char** argv) {
 
 int cmd_explain(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
+  flags.push_back({"tuning-cache", true,
+                   "FILE|off: the tuning cache a layer would read (default: MOEKIT_TUNING_CACHE, else the per-user "
+                   "default; docs/TUNE.md)"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);
   if (args.has("help")) {
@@ -92,6 +115,10 @@ int cmd_explain(int argc, char** argv) {
   // The experts' path and the grouped GEMM tiles the cuda backend would pick at T (--tokens,
   // default 64; a file's T).
   const std::int64_t tokens = s.tokens;
+  TuningOptions tuning;
+  tuning.cache = args.get("tuning-cache", "");
+  print_tactics(config, tokens, tuning);
+  std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;
   fused.tokens = tokens;
