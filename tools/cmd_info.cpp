@@ -153,6 +153,8 @@ int cmd_explain(int argc, char** argv) {
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }
+#else
+  if (args.has("tuning-cache")) std::printf("tuning cache: not read (built without CUDA: only cuda has tactics)\n");
 #endif
   return selection.chosen.empty() ? 1 : 0;
 }

@@ -84,8 +84,6 @@ TuneProblem preset_problem(const std::string& name, const Args& args, std::uint6
 }
 
 TuneProblem file_problem(const std::string& path, const Args& args) {
-  if (args.has("preset") || args.has("quant"))
-    throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
   TuneProblem p;
   std::fprintf(stderr, "tune: reading %s...\n", path.c_str());
   p.file = io::read_layer_file(path);
@@ -369,6 +367,8 @@ int cmd_tune(int argc, char** argv) {
     return 0;
   }
   if (!args.has("preset") && !args.has("inputs")) throw UsageError("give --preset NAME[,NAME...] or --inputs FILE");
+  if (args.has("inputs") && (args.has("preset") || args.has("quant")))
+    throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
   if (args.has("cache") && !args.has("verify")) throw UsageError("--cache: names the cache --verify checks; give --verify");
   const std::vector<std::int64_t> buckets = args.get_int_list("tokens", kBuckets, 1, io::kTuningMaxTokens);
   for (std::int64_t t : buckets)

@@ -121,6 +121,7 @@ TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
       if (k > 1) n += k;
     }
   }
+  RecordProperty("measurements", int(n));
   EXPECT_LE(n, 240u);
   EXPECT_GE(n, 60u);
 }

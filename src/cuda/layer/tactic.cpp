@@ -199,12 +199,12 @@ TacticChooser::TacticChooser(const MoEConfig& config, const core::TuningSource& 
 }
 
 TacticChoice TacticChooser::choose(const TacticProblem& p) const {
-  TacticChoice h = heuristic_tactic(p);
   const io::TuningEntry* entry = p.tokens > 0 ? table_.find(p.tokens) : nullptr;
-  if (!entry) return h;
+  if (!entry) return heuristic_tactic(p);
   const Tactic& tuned = tactics_.at(entry->tokens);
   const Status s = can_implement(tuned, p);
   if (s) return {tuned, entry, ""};
+  TacticChoice h = heuristic_tactic(p);
   const std::string why = "the tuned " + tuned.name() + " cannot run at T=" + std::to_string(p.tokens) + ": " + s.reason();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
