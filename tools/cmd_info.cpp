@@ -35,8 +35,7 @@ std::string check_rule(const QuantConfig& quant) {
 // The tactic of the cuda Experts step at T and in each token bucket up to 16384 (and T's): tuned,
 // with the file and time, or the heuristic's, with its reasons; and which cache entries were
 // ignored, and why.
-void print_tactics(const MoEConfig& config, std::int64_t tokens, const TuningOptions& tuning) {
-  const cuda::TacticChooser chooser(config, &tuning);
+void print_tactics(const cuda::TacticChooser& chooser, const MoEConfig& config, std::int64_t tokens) {
   for (const std::string& line : chooser.table().report()) std::printf("%s\n", line.c_str());
   std::vector<std::int64_t> buckets;
   for (std::int64_t b = 1; b <= 16384; b *= 2) buckets.push_back(b);
@@ -117,8 +116,11 @@ int cmd_explain(int argc, char** argv) {
   const std::int64_t tokens = s.tokens;
   TuningOptions tuning;
   tuning.cache = args.get("tuning-cache", "");
-  print_tactics(config, tokens, tuning);
-  std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
+  const cuda::TacticChooser chooser(config, &tuning);
+  print_tactics(chooser, config, tokens);
+  const cuda::TacticChoice at = chooser.choose({config, tokens, 0, false});
+  std::printf("cuda experts tactic at T=%lld: %s\nthe heuristic at T=%lld:\n", static_cast<long long>(tokens),
+              at.tactic.to_string().c_str(), static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;
   fused.tokens = tokens;

@@ -7,6 +7,8 @@
 //   5. GEMM2 [rows, I] x w2 -> expert_out [rows, H] bf16                 (gemm)
 // Per-row and per-tensor scales are repeated over K blocks (expand_scales) for the
 // fp8_channel GEMM; fp8-block scales come out of gather/activation in the GEMM's layout.
+// The path (this, or min_latency.h's) and the GEMM tiles at T are a tactic (tactic.h): the tuning
+// cache's for T's bucket when it has one that can run, else the heuristic's.
 #include <algorithm>
 
 #include "core/stages.h"

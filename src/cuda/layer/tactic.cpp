@@ -196,6 +196,8 @@ TacticChooser::TacticChooser(const MoEConfig& config, const core::TuningSource& 
     else unknown.emplace_back(tokens, "tactic '" + entry.winner.tactic + "' is not one of this build's");
   }
   for (const auto& [tokens, why] : unknown) table_.reject(tokens, why);
+  if (core::log_enabled(core::LogLevel::debug))
+    for (const std::string& line : table_.report()) core::log(core::LogLevel::debug, "experts: " + line);
 }
 
 TacticChoice TacticChooser::choose(const TacticProblem& p) const {

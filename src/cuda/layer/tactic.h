@@ -28,7 +28,7 @@ struct Tactic {
   TacticPath path = TacticPath::staged;
   GroupedGemmConfig gemm1, gemm2;  // the staged path's
   std::string name() const;        // the cache's spelling (above)
-  std::string to_string() const;   // the name, and the tiles in words
+  std::string to_string() const;   // the name, and the kernels in words (explain)
   bool operator==(const Tactic& o) const {
     return path == o.path && (path == TacticPath::min_latency || (gemm1.tile == o.gemm1.tile && gemm2.tile == o.gemm2.tile));
   }
