@@ -2,6 +2,7 @@
 // CUDA events, warm-up then the median of 20 runs. Prints one table row per case; TFLOP/s count
 // the rows that carry data, `pad` is the share of computed rows that are tile padding.
 //   grouped_gemm_bench [--groups G --rows M --n N --k K]   (default: the issue's cases)
+//   grouped_gemm_bench --masked | --decode                  (the masked-format cases; decode's and them)
 //   MOEKIT_BENCH_NO_F16=1: leave out the f16 (strict) tiles
 // Ragged cases take each group's rows from a routing: T tokens, each to top_k distinct experts of
 // E drawn uniformly (seeded), as deepseek-v3's T = 4096 routing spreads ~128 +- 11 rows.
@@ -54,6 +55,7 @@ struct Case {
   int groups;
   long long rows_per_group, n, k;
   int routed_tokens = 0, top_k = 0;  // > 0: rows per group from a uniform random routing
+  long long capacity = 0;            // > 0: the masked format, each group in a block of this many rows
 };
 
 // Rows per expert of `tokens` tokens routed each to top_k distinct experts, uniformly.
@@ -85,7 +87,10 @@ long long computed_rows(long long rows, GemmTile tile) {
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:
     case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;
-    case GemmTile::rows8_warp_mma: return (rows + 7) / 8 * 8;
+    case GemmTile::rows8_warp_mma:
+    case GemmTile::tokens8_n128_wgmma: return (rows + 7) / 8 * 8;
+    case GemmTile::tokens16_n128_wgmma: return (rows + 15) / 16 * 16;
+    case GemmTile::tokens32_n128_wgmma: return (rows + 31) / 32 * 32;
     default: return (rows + 127) / 128 * 128;
   }
 }
@@ -97,33 +102,41 @@ double median(std::vector<float> v) {
 
 void run_case(const Case& c) {
   const std::vector<long long> group_rows = routed_rows(c);
-  long long rows = 0, max_group = 0;
-  for (long long r : group_rows) rows += r, max_group = std::max(max_group, r);
+  long long data = 0, max_group = 0;
+  for (long long r : group_rows) data += r, max_group = std::max(max_group, r);
+  const long long rows = c.capacity > 0 ? c.groups * c.capacity : data;  // rows of A and D
   const bool fp8 = c.kind != GemmKind::bf16;
   const std::size_t elem = fp8 ? 1 : 2;
   const long long kb = (c.k + 127) / 128, nb = c.kind == GemmKind::fp8_block ? (c.n + 127) / 128 : c.n;
-  void *a, *w, *d, *a_s, *w_s, *offsets;
+  void *a, *w, *d, *a_s, *w_s, *offsets, *counts;
   CHECK(cudaMalloc(&a, rows * c.k * elem));
   CHECK(cudaMalloc(&w, c.groups * c.n * c.k * elem));
   CHECK(cudaMalloc(&d, rows * c.n * 2));
   CHECK(cudaMalloc(&a_s, (rows * kb + 128 * 64) * sizeof(float)));
   CHECK(cudaMalloc(&w_s, (c.groups * kb * nb + 128) * sizeof(float)));
   CHECK(cudaMalloc(&offsets, (c.groups + 1) * sizeof(int)));
+  CHECK(cudaMalloc(&counts, c.groups * sizeof(int)));
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(a), rows * c.k * elem, fp8, 1);
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(w), c.groups * c.n * c.k * elem, fp8, 2);
   fill_scales<<<256, 256>>>(static_cast<float*>(a_s), rows * kb + 128 * 64, 3);
   fill_scales<<<256, 256>>>(static_cast<float*>(w_s), c.groups * kb * nb + 128, 4);
   std::vector<int> off(c.groups + 1);
-  for (int e = 0; e < c.groups; ++e) off[e + 1] = off[e] + int(group_rows[std::size_t(e)]);
+  std::vector<int> cnt(c.groups);
+  for (int e = 0; e < c.groups; ++e) {
+    cnt[e] = int(group_rows[std::size_t(e)]);
+    off[e + 1] = off[e] + (c.capacity > 0 ? int(c.capacity) : cnt[e]);
+  }
   CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(counts, cnt.data(), cnt.size() * sizeof(int), cudaMemcpyHostToDevice));
 
-  const double flops = 2.0 * double(rows) * double(c.n) * double(c.k);
-  const double bytes = double(rows * c.k + c.groups * c.n * c.k) * elem + double(rows * c.n) * 2;
-  for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong, GemmTile::rows8_warp_mma,
-                        GemmTile::m192_n128_wgmma_k128,
-                        GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
-                        GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}) {
-    if (tile == GemmTile::rows8_warp_mma && max_group > 8) continue;  // decode only
+  // The rows that carry data; the weights, those rows and their outputs are the bytes moved.
+  const double flops = 2.0 * double(data) * double(c.n) * double(c.k);
+  const double weight_bytes = double(c.groups * c.n * c.k) * elem;
+  const double bytes = double(data * c.k) * elem + weight_bytes + double(data * c.n) * 2;
+  for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
+    const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
+                        tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma;
+    if (decode && max_group > 32) continue;  // decode only
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
     const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
@@ -143,6 +156,7 @@ void run_case(const Case& c) {
     args.w = w;
     args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
     args.d = static_cast<moekit::bf16*>(d);
+    if (c.capacity > 0) args.counts = static_cast<const std::int32_t*>(counts);
     for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -161,23 +175,48 @@ void run_case(const Case& c) {
     long long computed = 0;
     for (long long r : group_rows) computed += computed_rows(r, tile);
     const std::string shape = c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
-                                              : "rows/group=" + std::to_string(c.rows_per_group);
-    std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s pad %4.1f%%\n",
+                              : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)
+                                               : "rows/group=" + std::to_string(c.rows_per_group);
+    std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s W %7.0f GB/s pad %4.1f%%\n",
                 std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
-                c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6,
-                computed > 0 ? 100.0 * double(computed - rows) / double(computed) : 0.0);
+                c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6, weight_bytes / ms / 1e6,
+                computed > 0 ? 100.0 * double(computed - data) / double(computed) : 0.0);
     cudaFree(workspace);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
-  for (void* p : {a, w, d, a_s, w_s, offsets}) cudaFree(p);
+  for (void* p : {a, w, d, a_s, w_s, offsets, counts}) cudaFree(p);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<Case> cases;
-  if (argc == 9) {
+  // The masked format (DeepEP low-latency dispatch): deepseek-v3's 256 experts x 8 rows in blocks
+  // of 128; issue #17's target is >= 3.9 TB/s of weights on GEMM1.
+  const std::vector<Case> masked = {
+      {GemmKind::fp8_block, 256, 8, 4096, 7168, 0, 0, 128},
+      {GemmKind::fp8_block, 256, 8, 7168, 2048, 0, 0, 128},
+      {GemmKind::bf16, 256, 8, 4096, 7168, 0, 0, 128},
+  };
+  // Decode: the groups a few tokens hit, a row or two each.
+  const std::vector<Case> decode = {
+      {GemmKind::fp8_block, 8, 1, 4096, 7168},   // deepseek-v3 GEMM1, T=1: the 8 experts hit
+      {GemmKind::fp8_block, 8, 1, 7168, 2048},   // deepseek-v3 GEMM2, T=1
+      {GemmKind::fp8_block, 8, 1, 1536, 2048},   // qwen3-30b-a3b GEMM1, T=1
+      {GemmKind::fp8_block, 8, 1, 2048, 768},    // qwen3-30b-a3b GEMM2, T=1
+      {GemmKind::fp8_block, 48, 1, 4096, 7168},  // deepseek-v3 GEMM1, T=8 (~47 experts hit)
+      {GemmKind::fp8_block, 256, 2, 4096, 7168},  // deepseek-v3 GEMM1, T=64
+      {GemmKind::fp8_block, 256, 2, 7168, 2048},  // deepseek-v3 GEMM2, T=64
+      {GemmKind::fp8_block, 128, 4, 1536, 2048},  // qwen3-30b-a3b GEMM1, T=64
+      {GemmKind::fp8_block, 128, 4, 2048, 768},   // qwen3-30b-a3b GEMM2, T=64
+  };
+  if (argc == 2 && std::strcmp(argv[1], "--masked") == 0) {
+    cases = masked;
+  } else if (argc == 2 && std::strcmp(argv[1], "--decode") == 0) {
+    cases = decode;
+    cases.insert(cases.end(), masked.begin(), masked.end());
+  } else if (argc == 9) {
     cases.push_back({GemmKind::fp8_block, std::atoi(argv[2]), std::atoll(argv[4]), std::atoll(argv[6]), std::atoll(argv[8])});
   } else {
     cases = {
@@ -203,6 +242,7 @@ int main(int argc, char** argv) {
         {GemmKind::fp8_block, 8, 1, 2048, 768},        // qwen3-30b-a3b GEMM2, T=1
         {GemmKind::fp8_block, 48, 1, 4096, 7168},      // deepseek-v3 GEMM1, T=8 (~47 experts hit)
     };
+    cases.insert(cases.end(), masked.begin(), masked.end());
   }
   std::printf("%-12s %-30s %s\n", "kind", "tile", "shape / time / rate");
   for (const Case& c : cases) run_case(c);

@@ -11,6 +11,7 @@
 #   MOEKIT_TEST_TIMEOUT seconds (default 1200; 124 = it ran out)
 #   MOEKIT_BENCH_AB="a/cuda_stages_bench b/cuda_stages_bench"   more stage benches, run in turn after
 #     the first (variants built elsewhere), each table printed under its path
+#   MOEKIT_GEMM_ARGS=--decode              the grouped GEMM bench's cases (default: all; --masked, --decode)
 #   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs (racecheck:
 #   MOEKIT_RACECHECK_FILTER, default the same), each tool within MOEKIT_SANITIZE_TIMEOUT seconds
 # Full logs stay in $MOEKIT_LOG_DIR (default /tmp/moekit-device-logs); $OUT gets the few that
@@ -74,7 +75,7 @@ fi
 
 if [[ " $steps " == *" gemm "* ]]; then
   echo "== grouped_gemm_bench"
-  if "$bin/bench/grouped_gemm_bench" >"$out/gemm.log" 2>&1; then gemm_status="ran"; else gemm_status="FAIL"; fi
+  if "$bin/bench/grouped_gemm_bench" ${MOEKIT_GEMM_ARGS:-} >"$out/gemm.log" 2>&1; then gemm_status="ran"; else gemm_status="FAIL"; fi
 fi
 if [[ " $steps " == *" layer "* ]]; then
   echo "== moekit run --backend cuda --check (every preset, its default quant and others)"

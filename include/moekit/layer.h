@@ -165,6 +165,25 @@ struct ExternalArgs {
   TensorView out;           // [T, H] bf16
 };
 
+// The masked format: the tokens already grouped by local expert, as expert-parallel decode
+// dispatches them (DeepEP's low-latency dispatch; DeepGEMM's masked grouped GEMMs take the same
+// layout): expert e's rows are the first counts[e] of its block of C (the capacity). Only the
+// experts run: no routing, no routing weights, no combine (the caller's combine applies them).
+// bf16 and fp8-block layers. The counts stay on the device (nothing waits for the host: the call
+// can be captured in a CUDA graph); a count outside [0, C] is clamped to it.
+struct MaskedArgs {
+  TensorView hidden;        // [E_local, C, H]: bf16 (fp8-block layers quantize it, every row of every
+                            //   block: ~E_local C H of reads), or fp8 e4m3 with hidden_scale (fp8-block)
+  TensorView hidden_scale;  // fp8 hidden: [E_local, C, ceil(H/128)] f32, row-major or with C contiguous
+                            //   (strides [ceil(H/128) C, 1, C], DeepEP's layout); absent for bf16
+  TensorView counts;        // [E_local] i32: the rows of each expert's block that hold a token
+  TensorView out;           // [E_local, C, H] bf16: row j < counts[e] of block e gets expert e's output
+                            //   for it; the other rows are not written
+  // The rows per expert the caller expects (DeepGEMM's expected_m): a hint for the GEMM tiles, in
+  // [0, C]; 0: C.
+  std::int64_t expected_rows = 0;
+};
+
 // Memory a forward may use for its intermediates, owned by the caller: in the layer's device
 // memory (host memory for cpu), 256-byte aligned, at least Layer::workspace_size(T) bytes.
 struct Workspace {
@@ -229,6 +248,12 @@ class Layer {
   void forward(const ExternalArgs& args, const Workspace& workspace, Stream stream) const;
   // Bytes of workspace a call of up to max_tokens tokens needs (fused or external routing).
   std::size_t workspace_size(std::int64_t max_tokens) const;
+
+  // The masked format (MaskedArgs), with the layer's own buffer or the caller's workspace (at least
+  // masked_workspace_size(C)); in the workspace form as capturable as the other forwards.
+  void forward(const MaskedArgs& args, Stream stream = nullptr);
+  void forward(const MaskedArgs& args, const Workspace& workspace, Stream stream) const;
+  std::size_t masked_workspace_size(std::int64_t capacity) const;
 
   // Allocates the buffers for calls of up to max_tokens tokens now. With expert parallelism
   // what arrives depends on the other ranks: the buffers then hold calls in which no rank has

@@ -111,6 +111,16 @@ class MoELayer:
 
     __call__ = forward
 
+    def forward_masked(self, hidden, counts, *, hidden_scale=None, expected_rows=0):
+        """The experts alone on tokens already grouped by local expert (the masked format of
+        DeepEP's low-latency dispatch and DeepGEMM's masked GEMMs): hidden [E_local, C, H] bfloat16,
+        or float8_e4m3fn with hidden_scale [E_local, C, ceil(H/128)] float32 (fp8-block layers;
+        row-major or C-contiguous, as DeepEP gives them); counts [E_local] int32, the rows of each
+        block that hold a token (clamped to [0, C]). Returns [E_local, C, H] bfloat16: each row below
+        its count gets its expert's output, without routing weight; the rows past the counts are
+        left uninitialized. expected_rows: rows per expert you expect (a tile hint; 0: C)."""
+        return torch.ops.moekit.masked(self._handle, hidden, hidden_scale, counts, expected_rows)
+
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
             ops.unregister(self._handle)

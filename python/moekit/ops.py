@@ -8,6 +8,8 @@ allocator on CUDA, a graph's private pool under torch.cuda.graph), on torch's cu
     fused(layer, hidden [T, H] bf16, router_logits [T, E]) -> out [T, H] bf16
     experts(layer, hidden, topk_ids [T, k] i32, topk_weights [T, k] f32) -> out
     experts_out(layer, hidden, topk_ids, topk_weights, out)            writes out
+    masked(layer, hidden [E_local, C, H] bf16 | fp8, hidden_scale, counts [E_local] i32, expected_rows)
+        -> out [E_local, C, H] bf16 (rows past the counts uninitialized)
     route(router_logits, bias, top_k, method, n_group, topk_group, routed_scaling_factor)
         -> (topk_ids [T, k] i32, topk_weights [T, k] f32)
 """
@@ -87,6 +89,25 @@ def experts(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
 @experts.register_fake
 def _(layer, hidden, topk_ids, topk_weights):
     return _out_like(hidden)
+
+
+def _masked_out(hidden):
+    return hidden.new_empty(hidden.shape, dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("moekit::masked", mutates_args=())
+def masked(layer: int, hidden: torch.Tensor, hidden_scale: torch.Tensor | None, counts: torch.Tensor,
+           expected_rows: int) -> torch.Tensor:
+    m = _layer(layer)
+    out = _masked_out(hidden)
+    workspace = torch.empty(m.masked_workspace_size(hidden.shape[1]), dtype=torch.uint8, device=hidden.device)
+    m.masked(hidden, hidden_scale, counts, out, expected_rows, workspace, _stream(hidden))
+    return out
+
+
+@masked.register_fake
+def _(layer, hidden, hidden_scale, counts, expected_rows):
+    return _masked_out(hidden)
 
 
 @torch.library.custom_op("moekit::route", mutates_args=())

@@ -244,6 +244,19 @@ class PyLayer {
     layer_->forward(args, ws, as_stream(stream));
   }
 
+  std::size_t masked_workspace_size(std::int64_t capacity) const { return layer_->masked_workspace_size(capacity) + 256; }
+
+  void masked(const nb::ndarray<>& hidden, const OptionalArray& hidden_scale, const nb::ndarray<>& counts,
+              const nb::ndarray<>& out, std::int64_t expected_rows, const nb::ndarray<>& workspace,
+              std::uintptr_t stream) const {
+    MaskedArgs args{view_of(hidden, "hidden"), view_of(hidden_scale, "hidden_scale"), view_of(counts, "counts"),
+                    view_of(out, "out"), expected_rows};
+    const Workspace ws = aligned(workspace);
+    nb::gil_scoped_release release;
+    const DeviceScope scope(device_);
+    layer_->forward(args, ws, as_stream(stream));
+  }
+
   const Layer& layer() const { return *layer_; }
   const PreparedWeights& prepared() const { return *prepared_; }
 
@@ -318,6 +331,10 @@ NB_MODULE(_C, m) {
            "topk_weights"_a.none(), "workspace"_a, "stream"_a)
       .def("external", &PyLayer::external, "hidden"_a, "topk_ids"_a, "topk_weights"_a, "out"_a, "workspace"_a,
            "stream"_a)
+      .def("masked_workspace_size", &PyLayer::masked_workspace_size, "capacity"_a,
+           "Bytes of workspace a masked call of capacity C takes (with room to align it).")
+      .def("masked", &PyLayer::masked, "hidden"_a, "hidden_scale"_a.none(), "counts"_a, "out"_a, "expected_rows"_a,
+           "workspace"_a, "stream"_a)
       .def_prop_ro("backend", [](const PyLayer& l) { return std::string(l.layer().backend_name()); })
       .def_prop_ro("config", [](const PyLayer& l) { return config_to(l.layer().config()); })
       .def_prop_ro("owned_bytes", [](const PyLayer& l) { return l.prepared().owned_bytes(); })

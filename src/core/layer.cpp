@@ -184,6 +184,29 @@ struct Layer::Impl {
   }
 
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
+
+  // The masked format: the experts stage alone, with its workspace.
+  core::MaskedProblem checked_masked(const MaskedArgs& args) const {
+    core::MaskedProblem p = core::check_args(config, args, backend->device());
+    p.observer = observer;
+    const Status status = stages.experts->can_implement_masked(p);
+    require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
+    return p;
+  }
+
+  void run_masked(const core::MaskedProblem& p, const MaskedArgs& args, core::Workspace ws, Stream stream) const {
+    stages.experts->run_masked(p, {args.hidden, args.hidden_scale, args.counts, args.out}, ws, stream);
+    if (p.observer) p.observer->step("end", stream);
+  }
+
+  // A problem of capacity C for sizing: bf16 input (what needs the most workspace) and C rows expected.
+  core::MaskedProblem masked_sizing(std::int64_t capacity) const {
+    core::MaskedProblem p;
+    p.config = config;
+    p.capacity = capacity;
+    p.expected_rows = capacity;
+    return p;
+  }
 };
 
 Weights OwnedWeights::weights() const {
@@ -250,6 +273,37 @@ std::size_t Layer::workspace_size(std::int64_t max_tokens) const {
   require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
   require(!impl_->ep, "workspace_size: an expert-parallel layer keeps its exchange buffers itself");
   return impl_->bytes_for(impl_->problem(max_tokens));
+}
+
+void Layer::forward(const MaskedArgs& args, Stream stream) {
+  Impl& m = *impl_;
+  const core::MaskedProblem p = m.checked_masked(args);
+  const std::size_t bytes = m.stages.experts->masked_workspace_size(p);
+  if (bytes > m.buffer_size) {
+    m.buffer = m.backend->allocate(bytes);
+    m.buffer_size = bytes;
+  }
+  m.run_masked(p, args, {m.buffer.get(), bytes}, stream);
+}
+
+void Layer::forward(const MaskedArgs& args, const Workspace& workspace, Stream stream) const {
+  const Impl& m = *impl_;
+  const core::MaskedProblem p = m.checked_masked(args);
+  const std::size_t bytes = m.stages.experts->masked_workspace_size(p);
+  require(workspace.size >= bytes, "workspace: expected at least " + std::to_string(bytes) + " bytes for C=" +
+                                       std::to_string(p.capacity) + " (masked_workspace_size), given " +
+                                       std::to_string(workspace.size));
+  require(bytes == 0 || workspace.data != nullptr, "workspace: expected memory, given a null pointer");
+  require(reinterpret_cast<std::uintptr_t>(workspace.data) % 256 == 0, "workspace: expected a 256-byte aligned pointer");
+  m.run_masked(p, args, {static_cast<std::byte*>(workspace.data), workspace.size}, stream);
+}
+
+std::size_t Layer::masked_workspace_size(std::int64_t capacity) const {
+  require(capacity >= 1, "capacity: expected >= 1, given " + std::to_string(capacity));
+  const core::MaskedProblem p = impl_->masked_sizing(capacity);
+  const Status status = impl_->stages.experts->can_implement_masked(p);
+  require(bool(status), "backend " + std::string(impl_->backend->name()) + ": " + status.reason());
+  return impl_->stages.experts->masked_workspace_size(p);
 }
 
 void Layer::reserve(std::int64_t max_tokens) {

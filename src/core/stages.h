@@ -100,8 +100,31 @@ struct ExpertsArgs {
   TensorView out;           // [T, H] bf16, the layer's output: written when whole_layer(problem)
 };
 
+// The masked format (moekit::MaskedArgs, checked by the layer): E_local blocks of `capacity` rows.
+struct MaskedProblem {
+  MoEConfig config;
+  std::int64_t capacity = 0;       // C >= 1
+  std::int64_t expected_rows = 0;  // in [1, C]: rows per expert the caller expects
+  bool fp8_input = false;          // hidden is fp8 with hidden_scale (else bf16)
+  bool scales_mn_major = false;    // hidden_scale has C contiguous (strides [kb C, 1, C])
+  StepObserver* observer = nullptr;
+};
+
+struct MaskedExpertsArgs {
+  TensorView hidden;        // [E_local, C, H] bf16 | fp8
+  TensorView hidden_scale;  // [E_local, C, ceil(H/128)] f32, fp8 input only
+  TensorView counts;        // [E_local] i32, clamped to [0, C] where read
+  TensorView out;           // [E_local, C, H] bf16: rows below the counts
+};
+
 class ExpertsStage : public Stage {
  public:
+  // The masked format: the experts of each block's first counts[e] rows, from hidden to out.
+  virtual Status can_implement_masked(const MaskedProblem& problem) const = 0;
+  virtual std::size_t masked_workspace_size(const MaskedProblem& problem) const = 0;
+  virtual void run_masked(const MaskedProblem& problem, const MaskedExpertsArgs& args, Workspace workspace,
+                          Stream stream) const = 0;
+
   // Whether expert_out rows already carry topk_weights (else Finalize applies them).
   virtual bool applies_weights() const = 0;
   // Rows of expert_out (and the range of slot_rows): T * k, plus any padding of the format.

@@ -133,6 +133,45 @@ std::int64_t check_args(const MoEConfig& c, const ExternalArgs& a, Device device
   return t;
 }
 
+MaskedProblem check_args(const MoEConfig& c, const MaskedArgs& a, Device device) {
+  const QuantScheme scheme = c.quant.scheme;
+  require(scheme == QuantScheme::bf16 || scheme == QuantScheme::fp8_block,
+          "quant: the masked format takes bf16 and fp8-block layers, given " + std::string(to_string(scheme)));
+  const std::int64_t el = c.local_experts(), h = c.hidden_size, kb = ceil_div(h, kBlock);
+  const std::vector<DType> dtypes = scheme == QuantScheme::fp8_block ? std::vector<DType>{DType::bf16, DType::fp8_e4m3}
+                                                                     : std::vector<DType>{DType::bf16};
+  require(a.hidden.defined() && a.hidden.rank == 3 && a.hidden.size(1) >= 1,
+          "hidden: expected [E_local=" + std::to_string(el) + ", C >= 1, " + std::to_string(h) + "] " +
+              dtypes_text(dtypes) + " (the masked format), given " + a.hidden.to_string());
+  MaskedProblem p;
+  p.config = c;
+  p.capacity = a.hidden.size(1);
+  check_tensor("hidden", a.hidden, dtypes, {el, p.capacity, h}, device);
+  p.fp8_input = a.hidden.dtype == DType::fp8_e4m3;
+  if (p.fp8_input) {
+    const TensorView& s = a.hidden_scale;
+    const std::vector<std::int64_t> shape{el, p.capacity, kb};
+    require(s.defined() && s.dtype == DType::f32 && s.shape_vector() == shape && s.device == device,
+            "hidden_scale: expected " + shape_text(shape) + " f32 " + std::string(to_string(device)) +
+                " for fp8 hidden, given " + (s.defined() ? s.to_string() : std::string("absent")));
+    const bool row_major = s.is_contiguous();
+    const bool mn_major = s.strides[0] == kb * p.capacity && (s.strides[1] == 1 || p.capacity == 1) &&
+                          (s.strides[2] == p.capacity || kb == 1);
+    require(row_major || mn_major, "hidden_scale: expected row-major strides or C contiguous (strides [" +
+                                       std::to_string(kb * p.capacity) + ", 1, " + std::to_string(p.capacity) + "])");
+    require(s.data != nullptr || s.numel() == 0, "hidden_scale: data pointer is null");
+    p.scales_mn_major = !row_major;
+  } else {
+    require(!a.hidden_scale.defined(), "hidden_scale: expected absent for bf16 hidden, given " + a.hidden_scale.to_string());
+  }
+  check_tensor("counts", a.counts, {DType::i32}, {el}, device);
+  check_tensor("out", a.out, {DType::bf16}, {el, p.capacity, h}, device);
+  require(a.expected_rows >= 0 && a.expected_rows <= p.capacity,
+          "expected_rows: expected in [0, C=" + std::to_string(p.capacity) + "], given " + std::to_string(a.expected_rows));
+  p.expected_rows = a.expected_rows > 0 ? a.expected_rows : p.capacity;
+  return p;
+}
+
 void check_topk_ids(const TensorView& ids, std::int64_t num_experts) {
   const std::int32_t* p = ids.ptr<std::int32_t>();
   for (std::int64_t i = 0; i < ids.numel(); ++i) {

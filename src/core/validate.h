@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/stages.h"
 #include "moekit/config.h"
 #include "moekit/layer.h"
 #include "moekit/tensor.h"
@@ -27,6 +28,10 @@ Weights weights_layout(const MoEConfig& config);
 // The number of tokens T of the call (from hidden), after checking every argument.
 std::int64_t check_args(const MoEConfig& config, const FusedArgs& args, Device device);
 std::int64_t check_args(const MoEConfig& config, const ExternalArgs& args, Device device);
+
+// The masked call's problem (capacity, expected rows, input form), after checking every argument;
+// observer left null.
+MaskedProblem check_args(const MoEConfig& config, const MaskedArgs& args, Device device);
 
 // topk_ids values lie in [-1, E) (host memory only).
 void check_topk_ids(const TensorView& topk_ids, std::int64_t num_experts);

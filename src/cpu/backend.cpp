@@ -1,4 +1,5 @@
 // The CPU backend: the reference stages (plain loops, multithreaded), and its registration.
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/parallel.h"
@@ -85,14 +86,14 @@ class Experts final : public core::ExpertsStage {
   std::int64_t max_rows(const StageProblem& p) const override { return p.tokens * p.config.top_k(); }
   std::size_t workspace_size(const StageProblem& p) const override {
     Carver c(nullptr);
-    carve(c, p);
+    carve(c, p.config, p.tokens * p.config.top_k());
     return c.used();
   }
 
   void run(const StageProblem& p, const core::ExpertsArgs& args, Workspace ws, Stream stream) const override {
     const MoEConfig& cfg = p.config;
     Carver c(ws.data);
-    const Buffers b = carve(c, p);
+    const Buffers b = carve(c, p.config, p.tokens * cfg.top_k());
     const QuantScheme scheme = cfg.quant.scheme;
 
     core::mark_step(p, "permute", stream);
@@ -101,7 +102,86 @@ class Experts final : public core::ExpertsStage {
                                                {cfg.first_local_expert(), cfg.local_experts()}, plan);
     const QuantizedRows a1 = prefix(b.a1, scheme, rows);
     gather_rows(scheme, args.in, b.row_token, rows, a1);
+    experts(p, a1, rows, b, args.expert_out.ptr<bf16>(), stream);
+  }
 
+  // The masked format: each block's first counts[e] rows, packed expert by expert, through the
+  // same steps; then back to their rows of out.
+  Status can_implement_masked(const core::MaskedProblem&) const override { return Status::ok(); }
+  std::size_t masked_workspace_size(const core::MaskedProblem& p) const override {
+    Carver c(nullptr);
+    carve_masked(c, p);
+    return c.used();
+  }
+  void run_masked(const core::MaskedProblem& p, const core::MaskedExpertsArgs& args, Workspace ws,
+                  Stream stream) const override {
+    const MoEConfig& cfg = p.config;
+    const std::int64_t el = cfg.local_experts(), cap = p.capacity, h = cfg.hidden_size, kb = ceil_div(h, kBlock);
+    Carver c(ws.data);
+    const MaskedBuffers m = carve_masked(c, p);
+    const Buffers& b = m.experts;
+    const StageProblem sp{cfg, el * cap, nullptr, p.observer};
+    core::mark_step(sp, "permute", stream);
+    b.offsets[0] = 0;
+    for (std::int64_t e = 0; e < el; ++e) {
+      const std::int64_t n = std::clamp<std::int64_t>(args.counts.ptr<std::int32_t>()[e], 0, cap);
+      for (std::int64_t j = 0; j < n; ++j) m.source[b.offsets[e] + j] = std::int32_t(e * cap + j);
+      b.offsets[e + 1] = b.offsets[e] + n;
+    }
+    const std::int64_t rows = b.offsets[el];
+    const QuantScheme scheme = cfg.quant.scheme;
+    const QuantizedRows a1 = prefix(b.a1, scheme, rows);
+    core::parallel_for(rows, 16, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t src = m.source[r];
+        if (!p.fp8_input) {
+          const bf16* row = args.hidden.ptr<bf16>() + src * h;
+          if (scheme == QuantScheme::bf16) std::copy(row, row + h, a1.q.ptr<bf16>() + r * h);
+          else for (std::int64_t i = 0; i < h; ++i) m.x[r * h + i] = bf16_to_float(row[i]);
+          continue;
+        }
+        const std::uint8_t* row = args.hidden.ptr<std::uint8_t>() + src * h;
+        std::copy(row, row + h, a1.q.ptr<std::uint8_t>() + r * h);
+        const std::int64_t e = src / cap, j = src % cap;
+        const TensorView& sv = args.hidden_scale;
+        for (std::int64_t g = 0; g < kb; ++g)
+          a1.scales.ptr<float>()[r * kb + g] = sv.ptr<float>()[e * sv.strides[0] + j * sv.strides[1] + g * sv.strides[2]];
+      }
+    });
+    if (!p.fp8_input && scheme != QuantScheme::bf16) {
+      core::mark_step(sp, "quantize", stream);
+      quantize_rows({cfg.quant, 0.0f}, m.x, rows, h, a1);
+    }
+    experts(sp, a1, rows, b, m.out, stream);
+    core::parallel_for(rows, 16, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r)
+        std::copy(m.out + r * h, m.out + (r + 1) * h, args.out.ptr<bf16>() + std::int64_t(m.source[r]) * h);
+    });
+  }
+
+ private:
+  struct Buffers {
+    std::int64_t* offsets;
+    std::int32_t* row_token;
+    QuantizedRows a1;      // [rows, H] permuted GEMM1 input
+    TensorView gemm1_out;  // [rows, W] bf16
+    TensorView act;        // [rows, I] f32
+    QuantizedRows a2;      // [rows, I] GEMM2 input
+  };
+
+  struct MaskedBuffers {
+    Buffers experts;
+    std::int32_t* source;  // [E_local C] the masked row of each packed row
+    float* x;              // [E_local C, H] bf16 input in f32, to be quantized
+    bf16* out;             // [E_local C, H] packed outputs
+  };
+
+  // GEMM1 -> activation + requantization -> GEMM2 on the first `rows` rows of a1 (in expert
+  // order, b.offsets), into out [rows, H].
+  void experts(const StageProblem& p, const QuantizedRows& a1, std::int64_t rows, const Buffers& b, bf16* out,
+               Stream stream) const {
+    const MoEConfig& cfg = p.config;
+    const QuantScheme scheme = cfg.quant.scheme;
     core::mark_step(p, "gemm1", stream);
     bf16* h1 = b.gemm1_out.ptr<bf16>();
     grouped_gemm({scheme, a1, b.offsets, weights_.w13, weights_.w13_scale, h1});
@@ -117,18 +197,8 @@ class Experts final : public core::ExpertsStage {
     quantize_rows({cfg.quant, tensor_scale(p, w2_static_scale_, x2, rows * inter, stream)}, x2, rows, inter, a2);
 
     core::mark_step(p, "gemm2", stream);
-    grouped_gemm({scheme, a2, b.offsets, weights_.w2, weights_.w2_scale, args.expert_out.ptr<bf16>()});
+    grouped_gemm({scheme, a2, b.offsets, weights_.w2, weights_.w2_scale, out});
   }
-
- private:
-  struct Buffers {
-    std::int64_t* offsets;
-    std::int32_t* row_token;
-    QuantizedRows a1;      // [T*k, H] permuted GEMM1 input
-    TensorView gemm1_out;  // [T*k, W] bf16
-    TensorView act;        // [T*k, I] f32
-    QuantizedRows a2;      // [T*k, I] GEMM2 input
-  };
 
   static QuantizedRows carve_rows(Carver& c, QuantScheme scheme, std::int64_t rows, std::int64_t cols) {
     QuantizedRows r;
@@ -144,9 +214,8 @@ class Experts final : public core::ExpertsStage {
     return r;
   }
 
-  static Buffers carve(Carver& c, const StageProblem& p) {
-    const MoEConfig& cfg = p.config;
-    const std::int64_t slots = p.tokens * cfg.top_k();
+  // Buffers for up to `slots` rows.
+  static Buffers carve(Carver& c, const MoEConfig& cfg, std::int64_t slots) {
     const QuantScheme scheme = cfg.quant.scheme;
     Buffers b;
     b.offsets = reinterpret_cast<std::int64_t*>(c.take(sizeof(std::int64_t) * std::size_t(cfg.local_experts() + 1)));
@@ -156,6 +225,16 @@ class Experts final : public core::ExpertsStage {
     b.act = c.tensor(DType::f32, {slots, cfg.intermediate_size}, Device::cpu);
     b.a2 = carve_rows(c, scheme, slots, cfg.intermediate_size);
     return b;
+  }
+
+  static MaskedBuffers carve_masked(Carver& c, const core::MaskedProblem& p) {
+    const std::int64_t rows = p.config.local_experts() * p.capacity, h = p.config.hidden_size;
+    MaskedBuffers m;
+    m.experts = carve(c, p.config, rows);
+    m.source = reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(rows)));
+    m.x = reinterpret_cast<float*>(c.take(sizeof(float) * std::size_t(rows * h)));
+    m.out = reinterpret_cast<bf16*>(c.take(sizeof(bf16) * std::size_t(rows * h)));
+    return m;
   }
 
   Weights weights_;

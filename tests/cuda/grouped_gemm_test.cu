@@ -121,8 +121,15 @@ std::vector<float> device_w_scales(GemmKind kind, const HostOperands& h, std::in
   return out;
 }
 
+// How the rows of a group sit in A and D.
+//   none      back to back, no counts given
+//   aligned   each group padded to 16 rows, as the layer's contiguous plan pads them; counts given
+//   masked    each group in a block of `capacity` rows (the masked format); counts given
+// Padding rows carry NaN codes and scales, must not be read, and stay unwritten.
+enum class Padding { none, aligned, masked };
+
 // A, its scales and the offsets as the layer's plan lays them out: each group padded to
-// `align` rows (1: none), NaN codes and scales in the padding rows.
+// `align` rows (1: none) or to `capacity` rows (> 0), NaN codes and scales in the padding rows.
 struct DeviceLayout {
   std::vector<std::uint8_t> a;
   std::vector<float> a_scales;
@@ -130,14 +137,16 @@ struct DeviceLayout {
   std::vector<std::int64_t> source_row;  // per device row: the host row, -1 for padding
 };
 
-DeviceLayout device_layout(GemmKind kind, const HostOperands& h, std::int64_t k, std::int64_t align) {
+DeviceLayout device_layout(GemmKind kind, const HostOperands& h, std::int64_t k, std::int64_t align,
+                           std::int64_t capacity) {
   DeviceLayout d;
   const std::size_t row_bytes = h.a.nbytes() / std::size_t(std::max<std::int64_t>(h.offsets.back(), 1));
   const std::int64_t kb = ceil_div(k, kBlock);
   const std::vector<float> unpadded = kind == GemmKind::bf16 ? std::vector<float>{} : device_a_scales(kind, h, k);
   d.offsets = {0};
   for (std::size_t e = 0; e + 1 < h.offsets.size(); ++e) {
-    const std::int64_t row0 = h.offsets[e], m = h.offsets[e + 1] - row0, mp = ceil_div(m, align) * align;
+    const std::int64_t row0 = h.offsets[e], m = h.offsets[e + 1] - row0;
+    const std::int64_t mp = capacity > 0 ? capacity : ceil_div(m, align) * align;
     const std::int64_t at = d.offsets.back();
     d.counts.push_back(std::int32_t(m));
     d.offsets.push_back(std::int32_t(at + mp));
@@ -160,9 +169,7 @@ struct Case {
   GemmKind kind;
   GemmTile tile;
   Shape shape;
-  // rows8_warp_mma with counts: each group padded to 16 rows as the layer's plan pads them; the
-  // padding rows carry NaN codes and scales, must not be read, and stay unwritten
-  bool padding = false;
+  Padding padding = Padding::none;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -177,8 +184,12 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m192_n128_wgmma_k128 ? "_wgmma192_k128_"
                      : info.param.tile == GemmTile::m128_n128_f16 ? "_f16_128_"
                      : info.param.tile == GemmTile::m64_n128_f16 ? "_f16_64_"
+                     : info.param.tile == GemmTile::tokens8_n128_wgmma ? "_decode8_"
+                     : info.param.tile == GemmTile::tokens16_n128_wgmma ? "_decode16_"
+                     : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
                                                                    : "_m128_";
-  return kind + tile + info.param.shape.name + (info.param.padding ? "_padded" : "");
+  const Padding pad = info.param.padding;
+  return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
 }
 
 class CudaGroupedGemm : public ::testing::TestWithParam<Case> {};
@@ -204,7 +215,10 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   cpu::grouped_gemm({scheme, {h.a.view(), h.a_scales.view()}, h.offsets.data(), h.w.view(), h.w_scales.view(),
                      expected.data()});
 
-  const DeviceLayout layout = device_layout(c.kind, h, k, c.padding ? 16 : 1);
+  // The masked blocks: room for the largest group and an empty tail of at least 16 rows.
+  const std::int64_t capacity =
+      c.padding == Padding::masked ? ceil_div(*std::max_element(c.shape.rows.begin(), c.shape.rows.end()), 16) * 16 + 16 : 0;
+  const DeviceLayout layout = device_layout(c.kind, h, k, c.padding == Padding::aligned ? 16 : 1, capacity);
   const std::int64_t device_rows = layout.offsets.back();
   DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
   a.upload(layout.a);
@@ -228,7 +242,7 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
   args.w = w.data();
   args.w_scales = scheme == QuantScheme::bf16 ? nullptr : w_scales.data();
   args.d = d.data();
-  if (c.padding) args.counts = counts.data();
+  if (c.padding != Padding::none) args.counts = counts.data();
   cuda::run_grouped_gemm(run_desc, config, args, workspace.data(), nullptr);
   sync_and_check();
   const std::vector<bf16> device_out = d.download();
@@ -271,18 +285,22 @@ TEST_P(CudaGroupedGemm, MatchesTheCpuGemm) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
-    for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
-      for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
-  for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
-    for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma,
-                          GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
-      if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
-        for (const Shape& s : kShapes) cases.push_back({kind, tile, s});
-  // The warp-MMA kernel takes whole 128-K blocks and N % 16 == 0 (can_implement says so).
-  for (const Shape& s : kShapes)
-    if (s.k % kBlock == 0 && s.n % 16 == 0)
-      for (bool padding : {false, true}) cases.push_back({GemmKind::fp8_block, GemmTile::rows8_warp_mma, s, padding});
+  for (Padding padding : {Padding::none, Padding::aligned, Padding::masked}) {
+    for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
+      for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
+        for (const Shape& s : kShapes) cases.push_back({kind, tile, s, padding});
+    for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
+      for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
+                            GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
+        if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
+          for (const Shape& s : kShapes) cases.push_back({kind, tile, s, padding});
+    // The warp-MMA and decode kernels take whole 128-K blocks (can_implement says so).
+    for (GemmTile tile : {GemmTile::rows8_warp_mma, GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma,
+                          GemmTile::tokens32_n128_wgmma})
+      for (const Shape& s : kShapes)
+        if (cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
+          cases.push_back({GemmKind::fp8_block, tile, s, padding});
+  }
   return cases;
 }
 

@@ -8,12 +8,14 @@
 // max(1e-2, 0.15 q), exact (moekit's GEMM1, at most 32 of K before f32, ~4e-3) and strict (f16
 // WGMMAs on the FP8 values, ~1.3e-3) and bf16 within 5e-3; FP8 no worse than 1.02 q against the
 // ideal; every token row within 0.1; no NaN or Inf (docs/perf-log/accuracy.md, "FP8 accuracy on the GPU").
+// The masked format (MaskedArgs) is checked the same way, row by row against its expert.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 
 #include "core/check.h"
 #include "cpu/layer_util.h"
+#include "cpu/masked_util.h"
 #include "cuda_test_util.h"
 #include "moekit/device.h"
 
@@ -419,6 +421,143 @@ INSTANTIATE_TEST_SUITE_P(, CudaLayerGraph, ::testing::Values(Fp8Accumulation::fa
                          [](const ::testing::TestParamInfo<Fp8Accumulation>& info) {
                            return std::string(to_string(info.param));
                          });
+
+// ---- The masked format (Layer::forward(MaskedArgs)) ----------------------------------------
+// Each block's rows below its count against the CPU references of the same rows routed to the
+// block's expert alone with weight 1 (DESIGN §8's check); rows past the counts, whose inputs are
+// NaN, stay unwritten; the caller's workspace and a captured graph give the same bits.
+
+struct MaskedRun {
+  DeviceTensor hidden, scales, counts, out;
+};
+
+MaskedRun masked_on_gpu(const MaskedCase& c, const MaskedInputs& in) {
+  const Tensor none(DType::f32, {1});
+  return {on_gpu(c.fp8_input ? in.q : in.hidden), on_gpu(c.fp8_input ? in.scales : none), on_gpu(in.counts),
+          poisoned(DType::bf16, in.hidden.shape())};
+}
+
+MaskedArgs masked_args(const MaskedCase& c, const MaskedRun& r) {
+  MaskedArgs a;
+  a.hidden = r.hidden.view();
+  if (c.fp8_input) a.hidden_scale = masked_scale_view(c, r.scales.view());
+  a.counts = r.counts.view();
+  a.out = r.out.view();
+  a.expected_rows = c.expected_rows;
+  return a;
+}
+
+class CudaLayerMasked : public ::testing::TestWithParam<MaskedCase> {};
+
+TEST_P(CudaLayerMasked, EachRowMeetsTheCheckAgainstItsExpert) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const MaskedCase& c = GetParam();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig config = config_of(c.layer);
+  const TestLayer lw = make_test_layer(c.layer, seed);
+  const MaskedInputs in = make_masked_inputs(c, seed);
+  LayerOptions options = options_of(c.layer);
+  options.backend = "cuda";
+  Layer layer(config, lw.weights(), options);
+  MaskedRun run = masked_on_gpu(c, in);
+  layer.forward(masked_args(c, run));
+  synchronize(Device::cuda);
+  const Tensor out = to_host(run.out);
+  Tensor got;
+  std::string why;
+  ASSERT_TRUE(masked_rows(c, out, got, why)) << why;
+  if (in.rows.size(0) > 0) {
+    const References refs = make_references(config, lw, seed, in.rows, in.routing);
+    const core::CheckResult r = design_check(got, refs, config.quant);
+    EXPECT_TRUE(r.pass()) << c.name << ": " << r.to_string();
+  }
+
+  // The caller's workspace, on a stream, captured in a graph: the same bits, and a replay
+  // follows new counts and rows in the same buffers.
+  DeviceTensor ws(DType::u8, {std::int64_t(layer.masked_workspace_size(c.capacity))}, Device::cuda);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaMemset(run.out.view().data, 0xff, run.out.view().nbytes());
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  layer.forward(masked_args(c, run), Workspace{ws.view().data, ws.view().nbytes()}, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(bit_differences(to_host(run.out), out), 0) << "captured replay";
+
+  MaskedCase next = c;
+  std::reverse(next.counts.begin(), next.counts.end());
+  const MaskedInputs in2 = make_masked_inputs(next, seed + 9);
+  run.hidden.copy_from((c.fp8_input ? in2.q : in2.hidden).view());
+  if (c.fp8_input) run.scales.copy_from(in2.scales.view());
+  run.counts.copy_from(in2.counts.view());
+  cudaMemset(run.out.view().data, 0xff, run.out.view().nbytes());
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const Tensor replayed = to_host(run.out);
+  MaskedRun direct = masked_on_gpu(next, in2);
+  layer.forward(masked_args(next, direct));
+  synchronize(Device::cuda);
+  EXPECT_EQ(bit_differences(replayed, to_host(direct.out)), 0) << "replay with new counts";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+std::vector<MaskedCase> masked_cases() {
+  std::vector<MaskedCase> out;
+  auto add = [&](std::string name, LayerCase l, std::int64_t cap, bool fp8_input, bool mn, std::int64_t expected,
+                 std::uint64_t seed) {
+    MaskedCase m;
+    m.name = std::move(name);
+    m.layer = l;
+    m.capacity = cap;
+    m.counts = edge_counts(l.ep_size > 1 ? l.experts / l.ep_size : l.experts, cap, seed);
+    m.fp8_input = fp8_input;
+    m.scales_mn_major = mn;
+    m.expected_rows = expected;
+    out.push_back(m);
+  };
+  const bool small = small_cases();
+  LayerCase bf16;
+  bf16.experts = small ? 6 : 24, bf16.hidden = 256, bf16.inter = 128, bf16.top_k = 4;
+  LayerCase block = bf16;
+  block.scheme = QuantScheme::fp8_block;
+  // The tile follows expected_rows: 64-row tiles up to 64 rows per expert, 128-row ones past it.
+  add("bf16_C16", bf16, 16, false, false, 0, 1);
+  add("bf16_C200_expected_100", bf16, 200, false, false, 100, 2);
+  add("fp8_block_bf16_input_C16", block, 16, false, false, 0, 3);
+  add("fp8_block_fp8_input_C16", block, 16, true, false, 0, 4);
+  add("fp8_block_fp8_input_mn_scales_C24_expected_3", block, 24, true, true, 3, 5);
+  add("fp8_block_fp8_input_C1", block, 1, true, false, 0, 6);
+  add("fp8_block_fp8_input_C136_expected_130", block, 136, true, true, 130, 7);
+  LayerCase exact = block;
+  exact.accumulation = Fp8Accumulation::exact;
+  add("fp8_block_exact_C40", exact, 40, true, false, 0, 8);
+  LayerCase strict = block;
+  strict.accumulation = Fp8Accumulation::strict;
+  add("fp8_block_strict_C40", strict, 40, true, true, 0, 9);
+  LayerCase oai = block;
+  oai.activation = Activation::swiglu_oai, oai.format = ScaleFormat::ue8m0;
+  add("fp8_block_ue8m0_swiglu_oai_C16", oai, 16, false, false, 0, 10);
+  LayerCase ep = block;
+  ep.ep_size = 3, ep.ep_rank = 2;
+  add("fp8_block_ep2of3_C32", ep, 32, true, true, 0, 11);
+  if (!small) {
+    LayerCase wide = block;  // deepseek-v3's hidden size, 8 rows per expert in blocks of 32
+    wide.experts = 64, wide.hidden = 7168, wide.inter = 128, wide.top_k = 8;
+    add("fp8_block_E64_H7168_C32", wide, 32, true, true, 8, 12);
+    out.back().counts.assign(64, 8);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaLayerMasked, ::testing::ValuesIn(masked_cases()),
+                         [](const ::testing::TestParamInfo<MaskedCase>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace moekit::test

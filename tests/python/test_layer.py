@@ -97,3 +97,40 @@ def test_a_preset_and_keyword_overrides():
     w2 = torch.zeros(128, 2048, 768, dtype=torch.bfloat16)
     layer = moekit.MoELayer(w13, w2, preset="qwen3-30b-a3b", quant="bf16", top_k=4)
     assert layer.config["top_k"] == 4 and layer.config["quant"] == "bf16" and layer.owned_bytes == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", ["bf16", "fp8-block bf16 rows", "fp8-block fp8 rows", "fp8-block fp8 rows, C-major scales"])
+def test_masked_format_matches_the_reference(device, form, rng):
+    quant = "bf16" if form == "bf16" else "fp8-block"
+    experts, capacity = 6, 16
+    w13, w2, s13, s2 = random_layer(rng, experts=experts, quant=quant)
+    hidden = torch.randn(experts, capacity, 256, generator=rng).bfloat16()
+    counts = torch.tensor([0, 16, 1, 7, 20, -2], dtype=torch.int32)  # 20 and -2 are clamped
+    layer = moekit.MoELayer(*to(device, w13, w2), w13_scale=to(device, s13)[0], w2_scale=to(device, s2)[0],
+                            top_k=2, quant=quant)
+    rows = hidden if "fp8 rows" not in form else None
+    scales = None
+    if rows is None:  # the codes and 1x128 scales of moekit's own quantization, as DeepEP sends them
+        x = hidden.float().reshape(-1, 128)
+        scale = ref.fp8_scale(x.abs().amax(dim=1, keepdim=True))
+        rows = ref.to_fp8(x / scale).reshape(hidden.shape)
+        scales = scale.reshape(experts, capacity, 2)
+        if "C-major" in form:
+            scales = scales.transpose(1, 2).contiguous().transpose(1, 2)
+    out = layer.forward_masked(*to(device, rows), to(device, counts)[0],
+                               hidden_scale=None if scales is None else to(device, scales)[0])
+    assert out.shape == hidden.shape and out.dtype == torch.bfloat16
+    for e in range(experts):
+        n = max(0, min(int(counts[e]), capacity))
+        if n == 0:
+            continue
+        ids = torch.full((n, 2), -1, dtype=torch.int32)
+        ids[:, 0] = e
+        weights = torch.zeros(n, 2)
+        weights[:, 0] = 1.0
+        expected = ref.moe(hidden[e, :n], ids, weights, w13, w2, s13, s2, quant)
+        assert ref.rel_err(out[e, :n].cpu(), expected) <= tolerance(device, quant), f"expert {e}"
+    with pytest.raises(moekit.Error, match="counts"):
+        layer.forward_masked(*to(device, rows), to(device, counts[:3])[0],
+                             hidden_scale=None if scales is None else to(device, scales)[0])

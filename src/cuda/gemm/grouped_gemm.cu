@@ -50,6 +50,9 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m192_n128_wgmma_k128: return "192x128 wgmma, f32 every 128 K";
     case GemmTile::m128_n128_f16: return "128x128 f16 wgmma on fp8, f32 every 128 K";
     case GemmTile::m64_n128_f16: return "64x128 f16 wgmma on fp8, f32 every 128 K";
+    case GemmTile::tokens8_n128_wgmma: return "8 rows x 128 wgmma (W as A), f32 every 128 K";
+    case GemmTile::tokens16_n128_wgmma: return "16 rows x 128 wgmma (W as A), f32 every 128 K";
+    case GemmTile::tokens32_n128_wgmma: return "32 rows x 128 wgmma (W as A), f32 every 128 K";
   }
   return "?";
 }

@@ -1,5 +1,7 @@
-// Grouped GEMMs of the experts on Hopper (CUTLASS, TMA warp-specialized), contiguous format:
-// the rows of group e are [offsets[e], offsets[e+1]) of A and D; group e multiplies W[e].
+// Grouped GEMMs of the experts on Hopper (CUTLASS, TMA warp-specialized; moekit's own kernels):
+// the rows of group e are [offsets[e], offsets[e+1]) of A and D (the contiguous format), or the
+// first counts[e] of them (counts given: padding or a masked block's empty tail skipped); group e
+// multiplies W[e].
 //   D[rows, N] (bf16) = A[rows, K] x W[e][N, K]^T, f32 accumulation.
 // Problem sizes and pointers are filled on the GPU from the device offsets: no host sync,
 // so a call can be captured in a CUDA graph. Groups with no rows cost nothing.
@@ -33,7 +35,17 @@ enum class GemmTile : std::uint8_t {
   m192_n128_wgmma_k128,   // the same kernel with f32 promotion every 128 of K (fp8_channel)
   m128_n128_f16,          // moekit's TMA + f16 WGMMA kernel on FP8 values, f32 every 128 of K, 2 warpgroups
   m64_n128_f16,           // the same with 64-row tiles
+  tokens8_n128_wgmma,     // moekit's decode kernel (fp8_block): W as WGMMA's 64-row operand, a group's
+  tokens16_n128_wgmma,    //   rows as its N of 8, 16 or 32; f32 every 128 K; persistent, 2 blocks/SM
+  tokens32_n128_wgmma,
 };
+
+// Every tile, in the order above.
+inline constexpr GemmTile kAllGemmTiles[] = {
+    GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong,  GemmTile::rows8_warp_mma,
+    GemmTile::m192_n128_wgmma,       GemmTile::m128_n128_wgmma,    GemmTile::m64_n128_wgmma,
+    GemmTile::m192_n128_wgmma_k128,  GemmTile::m128_n128_f16,      GemmTile::m64_n128_f16,
+    GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
@@ -68,8 +80,9 @@ struct GroupedGemmArgs {
   const void* w = nullptr;
   const float* w_scales = nullptr;
   bf16* d = nullptr;
-  // [groups] the rows of each group that carry data (the rest is padding): optional, read by
-  // rows8_warp_mma, which then skips the padding; null: every row of offsets
+  // [groups] the rows of each group that carry data, its first counts[e] (the rest is padding, or
+  // the empty tail of a masked block; 0 <= counts[e] <= offsets[e+1] - offsets[e]): optional; every kernel then computes and writes those rows
+  // alone (the other rows of D are not written). null: every row of offsets
   const std::int32_t* counts = nullptr;
 };
 

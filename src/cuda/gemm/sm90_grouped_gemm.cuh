@@ -118,11 +118,12 @@ __global__ void fill_group_arrays(FillParams<K> p) {
   const int e = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (e >= p.groups) return;
   const std::int64_t row0 = p.args.offsets[e];
-  const int rows = int(p.args.offsets[e + 1] - row0);
+  const int rows = int(p.args.offsets[e + 1] - row0);  // the group's block: the M extent of its scales
   const int n = p.n, k = p.k;
   const int k_blocks = (k + 127) / 128;
   auto& g = p.arrays;
-  g.problems[e] = {rows, n, k};
+  // Only the rows that carry data are computed (the masked format's blocks are mostly empty).
+  g.problems[e] = {p.args.counts ? p.args.counts[e] : rows, n, k};
   g.a[e] = static_cast<const typename K::Element*>(p.args.a) + row0 * k;
   g.b[e] = static_cast<const typename K::Element*>(p.args.w) + std::int64_t(e) * n * k;
   g.d[e] = reinterpret_cast<cutlass::bfloat16_t*>(p.args.d) + row0 * n;

@@ -1,6 +1,7 @@
 // The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
 // sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel
-// (rows8, wgmma and f16 are moekit's own kernels, in sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16}.cu).
+// (rows8, wgmma, f16 and decode are moekit's own kernels, in
+// sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16,decode}.cu).
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,10 @@
   X(GemmKind::fp8_block, GemmTile::m128_n128_f16, fp8_block_f16_128)         \
   X(GemmKind::fp8_block, GemmTile::m64_n128_f16, fp8_block_f16_64)           \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_f16, fp8_channel_f16_128)     \
-  X(GemmKind::fp8_channel, GemmTile::m64_n128_f16, fp8_channel_f16_64)
+  X(GemmKind::fp8_channel, GemmTile::m64_n128_f16, fp8_channel_f16_64)     \
+  X(GemmKind::fp8_block, GemmTile::tokens8_n128_wgmma, fp8_block_decode8)     \
+  X(GemmKind::fp8_block, GemmTile::tokens16_n128_wgmma, fp8_block_decode16)   \
+  X(GemmKind::fp8_block, GemmTile::tokens32_n128_wgmma, fp8_block_decode32)
 
 namespace moekit::cuda::sm90 {
 

@@ -258,10 +258,8 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
     if (kStageScales) {
       // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
 #pragma unroll
-      for (int i = 0; i < kRows / 32; ++i) {
-        const int r = lane + 32 * i;
+      for (int r = lane; r < kRows; r += 32)
         copy4_async(ring.scale_a + s * kRows + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
-      }
       if (lane == 0) copy4_async(ring.scale_w + s, w_scale + std::size_t(kb) * n_blocks, true, w_scale);
       barrier_arrive_when_copied(ring.full + 8 * s);
     }

@@ -7,8 +7,10 @@
 //   5. GEMM2 [rows, I] x w2 -> expert_out [rows, H] bf16                 (gemm)
 // Per-row and per-tensor scales are repeated over K blocks (expand_scales) for the
 // fp8_channel GEMM; fp8-block scales come out of gather/activation in the GEMM's layout.
-// The path (this, or min_latency.h's) and the GEMM tiles at T are a tactic (tactic.h): the tuning
-// cache's for T's bucket when it has one that can run, else the heuristic's.
+// The masked format (run_masked) skips 1-2: its rows are the caller's blocks, the plan a kernel
+// of one block per expert (offsets e C, the counts clamped, fp8 scales into the GEMM's layout).
+// The contiguous format's path (this, or min_latency.h's) and GEMM tiles at T are a tactic
+// (tactic.h): the tuning cache's for T's bucket when it has one that can run, else the heuristic's.
 #include <algorithm>
 
 #include "core/stages.h"
@@ -20,6 +22,7 @@
 #include "cuda/layer/tactic.h"
 #include "cuda/permute/gather.h"
 #include "cuda/permute/plan.h"
+#include "cuda/quant/quantize.h"
 #include "moekit/quant.h"
 
 namespace moekit::cuda {
@@ -41,6 +44,34 @@ __global__ void expand_scales(const std::int32_t* offsets, const std::int32_t* r
   const int o = offsets[e], m = offsets[e + 1] - o;
   const float v = per_tensor ? scales[0] : scales[r];
   for (int b = 0; b < k_blocks; ++b) out[std::int64_t(o) * k_blocks + std::int64_t(b) * m + (r - o)] = v;
+}
+
+// The masked format's plan, one block per expert: offsets[e] = e C, the counts clamped to [0, C]
+// and, for fp8 input, the block's scales in the GEMM's layout ([ceil(H/128), C] per expert, C
+// contiguous) from either of the caller's (element strides s_e, s_j, s_g).
+struct MaskedPlanParams {
+  const std::int32_t* counts;
+  const float* scales;  // null: bf16 input, or scales quantized into `out_scales` already (k-major)
+  std::int64_t s_e, s_j, s_g;
+  int capacity, k_blocks;
+  std::int32_t *offsets, *clamped;
+  float* out_scales;
+};
+
+__global__ void masked_plan(MaskedPlanParams p) {
+  const int e = int(blockIdx.x), cap = p.capacity;
+  const int n = min(max(__ldg(p.counts + e), 0), cap);
+  if (threadIdx.x == 0) {
+    p.clamped[e] = n;
+    p.offsets[e] = e * cap;
+    if (e + 1 == int(gridDim.x)) p.offsets[e + 1] = (e + 1) * cap;
+  }
+  if (!p.scales) return;
+  float* out = p.out_scales + std::int64_t(e) * cap * p.k_blocks;
+  for (int i = int(threadIdx.x); i < n * p.k_blocks; i += int(blockDim.x)) {
+    const int g = i / n, j = i - g * n;  // consecutive threads: consecutive rows, C-contiguous writes
+    out[std::int64_t(g) * cap + j] = __ldg(p.scales + e * p.s_e + j * p.s_j + g * p.s_g);
+  }
 }
 
 struct Buffers {
@@ -148,6 +179,103 @@ class Experts final : public core::ExpertsStage {
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
+  // The masked format: [E_local C] rows, expert e's in [e C, e C + counts[e]); the GEMMs and the
+  // activation compute and write those rows alone.
+  Status can_implement_masked(const core::MaskedProblem& p) const override {
+    const QuantScheme scheme = config_.quant.scheme;
+    if (scheme != QuantScheme::bf16 && scheme != QuantScheme::fp8_block)
+      return Status::no("the masked format takes bf16 and fp8-block layers, given " + std::string(to_string(scheme)));
+    const std::int64_t rows = config_.local_experts() * p.capacity;
+    if (rows >= (std::int64_t(1) << 31))
+      return Status::no("the masked format: E_local C rows must stay below 2^31, given " + std::to_string(rows));
+    const auto [g1, g2] = masked_gemms(p);
+    for (const auto& [desc, config] : {g1, g2}) {
+      Status s = cuda::can_implement(desc, config);
+      if (!s) return Status::no("grouped GEMM " + desc.to_string() + ": " + s.reason());
+    }
+    if (!p.fp8_input && scheme == QuantScheme::fp8_block) {
+      Status s = quant::can_implement(masked_quant_problem(p));
+      if (!s) return s;
+    }
+    return activation::can_implement(masked_activation_problem(p));
+  }
+
+  std::size_t masked_workspace_size(const core::MaskedProblem& p) const override {
+    core::Carver c(nullptr);
+    carve_masked(c, p);
+    return c.used();
+  }
+
+  void run_masked(const core::MaskedProblem& p, const core::MaskedExpertsArgs& args, core::Workspace ws,
+                  Stream stream) const override {
+    core::Carver c(ws.data);
+    const MaskedBuffers b = carve_masked(c, p);
+    const QuantScheme scheme = config_.quant.scheme;
+    const bool fp8 = scheme == QuantScheme::fp8_block;
+    const std::int64_t el = config_.local_experts(), kb = ceil_div(config_.hidden_size, kBlock);
+    const core::StageProblem sp{config_, el * p.capacity, nullptr, p.observer};
+    const cudaStream_t s = as_cuda(stream);
+
+    const void* a1 = args.hidden.data;
+    MaskedPlanParams plan{args.counts.ptr<std::int32_t>(), nullptr, 0, 0, 0, int(p.capacity), int(kb),
+                          b.offsets, b.counts, b.s1};
+    if (fp8 && p.fp8_input) {
+      const TensorView& sv = args.hidden_scale;
+      plan.scales = sv.ptr<float>();
+      plan.s_e = sv.strides[0];
+      plan.s_j = sv.strides[1];
+      plan.s_g = sv.strides[2];
+    } else if (fp8) {
+      core::mark_step(sp, "quantize", stream);
+      quant::Args qa;
+      qa.hidden = args.hidden.data;
+      qa.q = b.q1;
+      qa.scales = b.s1_rows;
+      quant::run(masked_quant_problem(p), qa, b.quant_ws, stream);
+      a1 = b.q1;
+      plan.scales = b.s1_rows;
+      plan.s_e = p.capacity * kb;
+      plan.s_j = kb;
+      plan.s_g = 1;
+    }
+    core::mark_step(sp, "permute", stream);
+    masked_plan<<<unsigned(el), 256, 0, s>>>(plan);
+    MOEKIT_CUDA_CHECK_LAUNCH("masked_plan");
+
+    const auto [g1, g2] = masked_gemms(p);
+    core::mark_step(sp, "gemm1", stream);
+    GroupedGemmArgs ga1{a1, fp8 ? b.s1 : nullptr, b.offsets, weights_.w13.data, weights_.w13_scales.ptr<float>(),
+                        static_cast<bf16*>(b.h1), b.counts};
+    run_grouped_gemm(g1.first, g1.second, ga1, b.gemm1_ws.data, stream);
+
+    core::mark_step(sp, "activation", stream);
+    activation::Args act;
+    act.gemm1_out = b.h1;
+    act.plan = {b.offsets, b.counts};
+    act.q = b.q2;
+    act.scales = b.s2;
+    activation::run(masked_activation_problem(p), act, b.act_ws, stream);
+
+    core::mark_step(sp, "gemm2", stream);
+    GroupedGemmArgs ga2{b.q2, fp8 ? b.s2 : nullptr, b.offsets, weights_.w2.data, weights_.w2_scales.ptr<float>(),
+                        args.out.ptr<bf16>(), b.counts};
+    run_grouped_gemm(g2.first, g2.second, ga2, b.gemm2_ws.data, stream);
+  }
+
+  // The masked format's GEMMs: E_local C rows, the caller's expected rows per expert for the tile.
+  std::pair<std::pair<GroupedGemmDesc, GroupedGemmConfig>, std::pair<GroupedGemmDesc, GroupedGemmConfig>> masked_gemms(
+      const core::MaskedProblem& p) const {
+    const GemmKind kind = gemm_kind(config_.quant.scheme);
+    const std::int64_t el = config_.local_experts(), rows = el * p.capacity;
+    const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows, rows};
+    const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, rows};
+    const Fp8Accumulation a = config_.quant.accumulation;
+    const bool invariant = config_.batch_invariant;
+    const double per_group = double(p.expected_rows);
+    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true), invariant).config},
+            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
+  }
+
   // The two GEMMs and the tile the tactic gives each.
   std::pair<std::pair<GroupedGemmDesc, GroupedGemmConfig>, std::pair<GroupedGemmDesc, GroupedGemmConfig>> gemms(
       const core::StageProblem& p, const Tactic& t) const {
@@ -210,6 +338,71 @@ class Experts final : public core::ExpertsStage {
     a.scale_layout = scale_layout();
     a.tensor_scale = weights_.w2_input_scale.defined() ? quant::TensorScale::given : quant::TensorScale::dynamic;
     return a;
+  }
+
+  ExpertRows masked_rows(const core::MaskedProblem& p) const {
+    ExpertRows r;
+    r.format = RowFormat::masked;
+    r.experts = config_.local_experts();
+    r.capacity = p.capacity;
+    return r;
+  }
+
+  // bf16 input of an fp8-block layer: every row of every block (rows past the counts too).
+  quant::Problem masked_quant_problem(const core::MaskedProblem& p) const {
+    quant::Problem q;
+    q.quant = config_.quant;
+    q.tokens = config_.local_experts() * p.capacity;
+    q.hidden = config_.hidden_size;
+    return q;
+  }
+
+  activation::Problem masked_activation_problem(const core::MaskedProblem& p) const {
+    activation::Problem a = activation_problem(core::StageProblem{config_, 1, nullptr, nullptr});
+    a.rows = masked_rows(p);
+    return a;
+  }
+
+  struct MaskedBuffers {
+    std::int32_t *counts, *offsets;
+    void *q1, *h1, *q2;
+    float *s1_rows, *s1, *s2;
+    core::Workspace quant_ws, act_ws, gemm1_ws, gemm2_ws;
+  };
+
+  MaskedBuffers carve_masked(core::Carver& c, const core::MaskedProblem& p) const {
+    const std::int64_t el = config_.local_experts(), rows = el * p.capacity;
+    const std::int64_t h = config_.hidden_size, w = config_.gemm1_width(), inter = config_.intermediate_size;
+    const bool fp8 = config_.quant.scheme == QuantScheme::fp8_block;
+    const std::size_t act_bytes = fp8 ? 1 : 2;
+    auto floats = [&](std::int64_t n) { return reinterpret_cast<float*>(c.take(sizeof(float) * std::size_t(n))); };
+    auto ints = [&](std::int64_t n) { return reinterpret_cast<std::int32_t*>(c.take(sizeof(std::int32_t) * std::size_t(n))); };
+    auto workspace = [&](std::size_t n) { return core::Workspace{c.take(n), n}; };
+    // A GEMM's workspace for any tile it may get (the tile follows expected_rows; the size must not).
+    auto gemm_workspace = [&](const GroupedGemmDesc& d) {
+      std::size_t n = 0;
+      for (GemmTile t : kAllGemmTiles)
+        if (cuda::can_implement(d, {t})) n = std::max(n, cuda::workspace_size(d, {t}));
+      return workspace(n);
+    };
+    const std::int64_t slack = kScaleSlackRows;
+    MaskedBuffers b{};
+    b.counts = ints(el);
+    b.offsets = ints(el + 1);
+    // bf16 input of an fp8 layer: quantized here first (the most any input of C needs).
+    const bool quantizes = fp8 && !p.fp8_input;
+    b.q1 = quantizes ? c.take(std::size_t(rows * h)) : nullptr;
+    b.s1_rows = quantizes ? floats(rows * ceil_div(h, kBlock)) : nullptr;
+    b.s1 = fp8 ? floats((rows + slack) * ceil_div(h, kBlock)) : nullptr;
+    b.h1 = c.take(std::size_t(rows * w) * 2);
+    b.q2 = c.take(std::size_t(rows * inter) * act_bytes);
+    b.s2 = fp8 ? floats((rows + slack) * ceil_div(inter, kBlock)) : nullptr;
+    b.quant_ws = workspace(quantizes ? quant::workspace_size(masked_quant_problem(p)) : 0);
+    b.act_ws = workspace(activation::workspace_size(masked_activation_problem(p)));
+    const auto [g1, g2] = masked_gemms(p);
+    b.gemm1_ws = gemm_workspace(g1.first);
+    b.gemm2_ws = gemm_workspace(g2.first);
+    return b;
   }
 
   void expand(const Buffers& b, const float* scales, std::int64_t k_blocks, int rows, Stream stream, float* out) const {

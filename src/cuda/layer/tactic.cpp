@@ -14,8 +14,18 @@
 namespace moekit::cuda {
 namespace {
 
-// Past this many rows per group the warp-MMA decode GEMM (tuned for <= 0.5) cannot win.
-constexpr double kRows8MaxRowsPerGroup = 8;
+// The most rows per group at which a decode GEMM is a candidate: past these it streams W once per
+// 8 (rows8_warp_mma, tuned for <= 0.5), 8, 16 or 32 rows (tokens*_wgmma) where a 64-row tile
+// streams it once per 64, and cannot win.
+double max_rows_per_group(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::rows8_warp_mma: return 8;
+    case GemmTile::tokens8_n128_wgmma: return 16;
+    case GemmTile::tokens16_n128_wgmma: return 32;
+    case GemmTile::tokens32_n128_wgmma: return 64;
+    default: return 1e300;
+  }
+}
 
 // The tiles a GEMM may take under its sums (GemmSums), besides the heuristic's own choice.
 // Batch-invariant: tiles whose row sums do not change with the rows of the group (not the 192-row
@@ -33,7 +43,12 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
       break;
     case GemmSums::f32: tiles = {GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}; break;
   }
-  if (kind == GemmKind::fp8_block && !batch_invariant) tiles.push_back(GemmTile::rows8_warp_mma);
+  if (kind == GemmKind::fp8_block && !batch_invariant) {
+    tiles.push_back(GemmTile::rows8_warp_mma);
+    // moekit's decode WGMMA kernels sum 128 of K in the tensor core, as CUTLASS's tiles do.
+    if (sums == GemmSums::tensor_core)
+      tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma});
+  }
   return tiles;
 }
 
@@ -80,6 +95,9 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m192_n128_wgmma_k128: return "m192_n128_wgmma_k128";
     case GemmTile::m128_n128_f16: return "m128_n128_f16";
     case GemmTile::m64_n128_f16: return "m64_n128_f16";
+    case GemmTile::tokens8_n128_wgmma: return "tokens8_n128_wgmma";
+    case GemmTile::tokens16_n128_wgmma: return "tokens16_n128_wgmma";
+    case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
   }
   return "";
 }
@@ -97,8 +115,8 @@ std::string Tactic::to_string() const {
 std::optional<Tactic> parse_tactic(std::string_view name) {
   if (name == "min-latency") return Tactic{TacticPath::min_latency, {}, {}};
   auto tile = [](std::string_view id) -> std::optional<GemmTile> {
-    for (int i = 0; i < 256; ++i)
-      if (tile_id(GemmTile(i)) == id && !id.empty()) return GemmTile(i);
+    for (const GemmTile t : kAllGemmTiles)
+      if (tile_id(t) == id) return t;
     return std::nullopt;
   };
   constexpr std::string_view prefix = "staged gemm1=", middle = " gemm2=";
@@ -161,7 +179,7 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p) {
   const bool invariant = p.config.batch_invariant;
   auto tiles = [&](const GroupedGemmDesc& desc, GemmSums sums) {
     std::vector<GemmTile> t = allowed_tiles(desc.kind, sums, invariant);
-    if (g.rows_per_group > kRows8MaxRowsPerGroup) std::erase(t, GemmTile::rows8_warp_mma);
+    std::erase_if(t, [&](GemmTile tile) { return g.rows_per_group > max_rows_per_group(tile); });
     return t;
   };
   for (GemmTile t1 : tiles(g.gemm1, g.sums1))
