@@ -327,15 +327,19 @@ int verify(const TuneProblem& p, const std::string& file, const std::vector<std:
     std::string best;
     double best_us = winner;
     for (const io::TunedTime& r : entry->runners_up) {
-      if (!cuda::parse_tactic(r.tactic) || !cuda::can_implement(*cuda::parse_tactic(r.tactic), {p.config, t, 0, false}))
-        continue;
+      const std::optional<cuda::Tactic> tactic = cuda::parse_tactic(r.tactic);
+      if (!tactic || !cuda::can_implement(*tactic, {p.config, t, 0, false})) continue;  // not a candidate here
       const double us = timer.time_us(t, r.tactic);
-      if (us < best_us) best_us = us, best = r.tactic;
+      if (us < best_us) {
+        best_us = us;
+        best = r.tactic;
+      }
     }
     const bool stale = best_us < winner * (1 - kStaleMargin);
-    std::printf("  T=%-6lld %s %s %.1f us (cached %.1f)%s\n", static_cast<long long>(t), stale ? "STALE" : "ok",
-                entry->winner.tactic.c_str(), winner, entry->winner.us,
-                stale ? (": " + best + " now takes " + std::to_string(best_us) + " us").c_str() : "");
+    std::printf("  T=%-6lld %s %s %.1f us (cached %.1f)", static_cast<long long>(t), stale ? "STALE" : "ok",
+                entry->winner.tactic.c_str(), winner, entry->winner.us);
+    if (stale) std::printf(": %s now takes %.1f us, %.1f%% less", best.c_str(), best_us, 100 * (1 - best_us / winner));
+    std::printf("\n");
     failures += stale;
   }
   return failures;

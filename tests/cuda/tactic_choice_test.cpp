@@ -122,7 +122,7 @@ TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
     }
   }
   RecordProperty("measurements", int(n));
-  EXPECT_LE(n, 240u);
+  EXPECT_LE(n, 800u);
   EXPECT_GE(n, 60u);
 }
 
