@@ -11,6 +11,7 @@
 #include "core/synthetic.h"
 #include "io/layer_file.h"
 #include "io/safetensors.h"
+#include "io/tuning_cache.h"
 #include "moekit/moekit.h"
 #include "moekit/quant.h"
 
@@ -145,6 +146,27 @@ int main(int argc, char** argv) {
   put(out / "json" / "corners", "[-0, 1e-5, 1.5E+3, 9007199254740993, -9223372036854775808, \"\\u00e9\\ud83d\\ude00\\n\\\"\", "
                                 "true, false, null, [], {}, [[[]]], {\"a\":{\"b\":[1]}}]");
   put(out / "json" / "strings", "\"\\\\\\/\\b\\f\\n\\r\\t\\u0000\xc3\xa9\"");
+
+  // tuning_cache: what `moekit tune` writes (per-bucket entries, a batch-invariant one), and none.
+  {
+    io::TuningEntry e;
+    e.device = {"NVIDIA H200", 132, "13.0", "0.1.0"};
+    e.problem = io::TuningProblem::of(tiny(QuantScheme::fp8_block, RoutingMethod::softmax_topk_renorm));
+    e.tokens = 64;
+    e.winner = {"staged gemm1=m64_n128_pingpong gemm2=m64_n128_pingpong", 220.7};
+    e.runners_up = {{"staged gemm1=m128_n128_cooperative gemm2=m64_n128_pingpong", 230.25}, {"min-latency", 301}};
+    e.measured = "qwen3-30b-a3b, median of 20";
+    io::TuningEntry decode = e;
+    decode.tokens = 1;
+    decode.winner = {"min-latency", 35.3};
+    decode.runners_up = {{"staged gemm1=rows8_warp_mma gemm2=rows8_warp_mma", 49.8}};
+    io::TuningEntry invariant = e;
+    invariant.problem.batch_invariant = true;
+    invariant.tokens = 0;
+    invariant.runners_up.clear();
+    put(out / "tuning_cache" / "entries", io::write_tuning_cache({{e, decode, invariant}}));
+    put(out / "tuning_cache" / "empty", io::write_tuning_cache({}));
+  }
 
   // hf_checkpoint: a bf16 Qwen-style and an FP8 DeepSeek-style layer 1 (layer 0 dense).
   put(out / "hf_checkpoint" / "qwen_bf16",

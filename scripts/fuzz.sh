@@ -9,7 +9,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${MOEKIT_FUZZ_DIR:-$root/build-fuzz}"
-targets=(${MOEKIT_FUZZ_TARGETS:-safetensors json hf_checkpoint layer_file})
+targets=(${MOEKIT_FUZZ_TARGETS:-safetensors json hf_checkpoint layer_file tuning_cache})
 
 # clang and its runtime (libFuzzer, sanitizers): Debian 12 has clang 14, libclang-rt-14-dev.
 if ! command -v clang++ >/dev/null 2>&1 || ! clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then

@@ -59,6 +59,7 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
       << ", \"experts_touched\": " << c.roof.experts_touched << ", \"floor_us\": " << number(c.floor_us)
       << ", \"efficiency\": " << (c.floor_us > 0 ? number(c.floor_us / c.us) : "null")
       << ", \"graph\": " << (c.graph ? "true" : "false");
+    if (!c.tuning.empty()) j << ", \"tuning_cache\": " << quoted(c.tuning);
     if (!c.stages.empty()) {
       j << ", \"stages\": {";
       for (std::size_t s = 0; s < c.stages.size(); ++s)

@@ -19,6 +19,7 @@ struct BenchCase {
   Roofline roof;
   double floor_us = 0;                                 // 0 without ceilings (CPU)
   std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
+  std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
 };
 
 struct BenchRecord {

@@ -133,6 +133,7 @@ struct Settings {
   bool fused = true;
   bool stages = false;
   int runs = 0;  // 0: the device's default
+  std::vector<std::string> tuning{""};  // --tuning-cache: one pass per cache ("": the layer's default)
 };
 
 // Median µs of `runs` calls of call(set, stream), set rotating over the input sets; on the GPU
@@ -202,11 +203,16 @@ std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, 
   return out;
 }
 
+std::int64_t prepared_tokens(const Settings& settings) {
+  return *std::max_element(settings.tokens.begin(), settings.tokens.end());
+}
+
 void print_case(const BenchCase& r) {
   std::printf("%-16s %-16s T=%-6lld %10.1f us %8.1f TFLOP/s %7.0f GB/s  experts=%-4lld floor=%8.1f us  eff=%5.1f%%%s\n",
               r.preset.c_str(), r.quant.c_str(), static_cast<long long>(r.tokens), r.us, r.roof.flops / r.us / 1e6,
               r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), r.floor_us,
               r.floor_us > 0 ? 100.0 * r.floor_us / r.us : 0.0, r.graph ? " (graph)" : "");
+  if (!r.tuning.empty()) std::printf("    tuning cache: %s\n", r.tuning.c_str());
   if (!r.stages.empty()) {
     double sum = 0;
     std::string line;
@@ -221,22 +227,22 @@ void print_case(const BenchCase& r) {
   std::fflush(stdout);
 }
 
-void bench_problem(const Problem& p, const Args& args, const Settings& settings, const Ceilings& ceilings,
-                   std::vector<BenchCase>& results) {
-  const std::string backend = args.get("backend", "auto");
-  StepTimes steps(select_backend(p.config, backend).chosen == "cpu" ? Device::cpu : Device::cuda);
+void bench_problem(const Problem& p, const Settings& settings, const std::string& tuning,
+                   const PreparedWeights& prepared, const Ceilings& ceilings, std::vector<BenchCase>& results) {
+  StepTimes steps(prepared.device());
   LayerOptions options;
-  options.backend = backend;
   options.observer = &steps;  // inactive (costs nothing) except in the --stages calls
-  for (std::int64_t tokens : settings.tokens) options.max_tokens = std::max(options.max_tokens, tokens);
-  Layer layer(p.config, p.weights(), options);
+  options.max_tokens = prepared_tokens(settings);
+  options.tuning.cache = tuning;
+  Layer layer(prepared, options);
   const Device device = layer.device();
   const int runs = settings.runs > 0 ? settings.runs : device == Device::cuda ? 20 : 3;
   for (std::int64_t tokens : settings.tokens) {
     if (tokens > p.max_tokens())
       throw UsageError("--tokens: " + std::to_string(tokens) + " is more than the file's " +
                        std::to_string(p.max_tokens()) + " rows");
-    std::fprintf(stderr, "bench: %s T=%lld...\n", p.name.c_str(), static_cast<long long>(tokens));
+    std::fprintf(stderr, "bench: %s T=%lld%s...\n", p.name.c_str(), static_cast<long long>(tokens),
+                 tuning.empty() ? "" : (" (tuning cache " + tuning + ")").c_str());
     Inputs in = make_inputs(p, tokens, device);
     auto call = [&](int set, Stream stream) {
       const std::size_t s = std::size_t(set);
@@ -257,6 +263,7 @@ void bench_problem(const Problem& p, const Args& args, const Settings& settings,
     if (p.config.batch_invariant) r.quant += "+batch-invariant";
     if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
+    r.tuning = tuning;
     r.roof = roofline(p.config, in.host_ids.view());
     r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);
     r.graph = device == Device::cuda && (settings.graph == "on" || (settings.graph == "auto" && tokens <= 512));
@@ -288,6 +295,9 @@ int cmd_bench(int argc, char** argv) {
       {"runs", true, "timed calls per case (default 20 on a GPU, 3 on the CPU)"},
       {"seed", true, "seed of weights and inputs (default 1)"},
       {"json", true, "also write the results to this JSON file"},
+      {"tuning-cache", true,
+       "FILE|off[,...]: the tuning cache of the layer (docs/TUNE.md; default: MOEKIT_TUNING_CACHE, else the "
+       "per-user one); several: one pass each on the same weights (e.g. off,data/tuning/h200.json)"},
       {"ep", true, "expert parallelism over N ranks: mpirun -np N moekit bench --ep N (see --help there)"},
       {"ep-combine", true, "with --ep: auto|exact|partial[,...] (a table each)"},
       {"help", false, "this text"},
@@ -313,6 +323,7 @@ int cmd_bench(int argc, char** argv) {
   settings.stages = args.has("stages");
   settings.runs = int(args.get_int("runs", 0, 1, 10000));
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
+  if (args.has("tuning-cache")) settings.tuning = args.get_list("tuning-cache", "");
 
   BenchRecord record;
   record.routing = routing;
@@ -331,7 +342,14 @@ int cmd_bench(int argc, char** argv) {
                 record.ceilings.fp8_block_tflops, record.ceilings.source.c_str());
     std::fflush(stdout);
   }
-  for (const Problem& p : problems) bench_problem(p, args, settings, record.ceilings, record.cases);
+  for (const Problem& p : problems) {
+    LayerOptions prepare;
+    prepare.backend = args.get("backend", "auto");
+    prepare.max_tokens = prepared_tokens(settings);
+    const PreparedWeights prepared(p.config, p.weights(), prepare);
+    for (const std::string& tuning : settings.tuning)
+      bench_problem(p, settings, tuning, prepared, record.ceilings, record.cases);
+  }
   if (args.has("json")) write_bench_json(args.get("json", ""), record);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/min_latency.h"
 #include "cuda/layer/device_weights.h"
+#include "cuda/layer/tactic.h"
 #endif
 
 namespace moekit::cli {
@@ -29,6 +30,24 @@ std::string check_rule(const QuantConfig& quant) {
   }
   return "check rule, " + mode + ": " + core::check_rule_text(quant) + "\n";
 }
+
+#ifdef MOEKIT_HAVE_CUDA
+// The tactic of the cuda Experts step at T and in each token bucket up to 16384 (and T's): tuned,
+// with the file and time, or the heuristic's, with its reasons; and which cache entries were
+// ignored, and why.
+void print_tactics(const cuda::TacticChooser& chooser, const MoEConfig& config, std::int64_t tokens) {
+  for (const std::string& line : chooser.table().report()) std::printf("%s\n", line.c_str());
+  std::vector<std::int64_t> buckets;
+  for (std::int64_t b = 1; b <= 16384; b *= 2) buckets.push_back(b);
+  if (tokens > 16384) buckets.push_back(io::token_bucket(tokens));
+  std::printf("cuda experts tactic per token bucket (T in (b/2, b]; T=%lld marked *):\n", static_cast<long long>(tokens));
+  for (std::int64_t b : buckets) {
+    const cuda::TacticChoice c = chooser.choose({config, b, 0, false});
+    std::printf("  %s T<=%-6lld %s: %s\n", io::token_bucket(tokens) == b ? "*" : " ", static_cast<long long>(b),
+                c.tactic.name().c_str(), cuda::describe(c, chooser.table().file()).c_str());
+  }
+}
+#endif
 
 }  // namespace
 
@@ -56,6 +75,9 @@ int cmd_version(int argc, char** argv) {
 
 int cmd_explain(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
+  flags.push_back({"tuning-cache", true,
+                   "FILE|off: the tuning cache a layer would read (default: MOEKIT_TUNING_CACHE, else the per-user "
+                   "default; docs/TUNE.md)"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);
   if (args.has("help")) {
@@ -92,6 +114,13 @@ int cmd_explain(int argc, char** argv) {
   // The experts' path and the grouped GEMM tiles the cuda backend would pick at T (--tokens,
   // default 64; a file's T).
   const std::int64_t tokens = s.tokens;
+  TuningOptions tuning;
+  tuning.cache = args.get("tuning-cache", "");
+  const cuda::TacticChooser chooser(config, &tuning);
+  print_tactics(chooser, config, tokens);
+  const cuda::TacticChoice at = chooser.choose({config, tokens, 0, false});
+  std::printf("cuda experts tactic at T=%lld: %s\nthe heuristic at T=%lld:\n", static_cast<long long>(tokens),
+              at.tactic.to_string().c_str(), static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;
   fused.tokens = tokens;
@@ -126,6 +155,8 @@ int cmd_explain(int argc, char** argv) {
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }
+#else
+  if (args.has("tuning-cache")) std::printf("tuning cache: not read (built without CUDA: only cuda has tactics)\n");
 #endif
   return selection.chosen.empty() ? 1 : 0;
 }

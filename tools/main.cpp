@@ -15,6 +15,7 @@ const char* kUsage =
     "  presets   the model presets\n"
     "  explain   the backend decisions for the problem run would run (same flags), with reasons\n"
     "  bench     time per case against the roofline (DESIGN §9)\n"
+    "  tune      time the GPU's tactics per token bucket and write the tuning cache (docs/TUNE.md)\n"
     "  fuzz      random problems on a backend against the CPU references (DESIGN §8), refusals by name\n"
     "  version   the version\n"
     "moekit <command> -h (or --help): the flags of a command\n";
@@ -24,7 +25,7 @@ const char* kUsage =
 int main(int argc, char** argv) {
   using namespace moekit::cli;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: moekit <run|presets|explain|bench|fuzz|version> [flags] (moekit --help)\n");
+    std::fprintf(stderr, "usage: moekit <run|presets|explain|bench|tune|fuzz|version> [flags] (moekit --help)\n");
     return 2;
   }
   if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "help") == 0) {
@@ -37,9 +38,10 @@ int main(int argc, char** argv) {
     if (command == "presets") return cmd_presets(argc, argv);
     if (command == "explain") return cmd_explain(argc, argv);
     if (command == "bench") return cmd_bench(argc, argv);
+    if (command == "tune") return cmd_tune(argc, argv);
     if (command == "fuzz") return cmd_fuzz(argc, argv);
     if (command == "version") return cmd_version(argc, argv);
-    throw UsageError("unknown command '" + command + "' (run|presets|explain|bench|fuzz|version)");
+    throw UsageError("unknown command '" + command + "' (run|presets|explain|bench|tune|fuzz|version)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "moekit %s: %s\n", command.c_str(), e.what());
     return 2;

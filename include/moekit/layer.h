@@ -99,6 +99,18 @@ class StepObserver {
   virtual void step(std::string_view name, Stream stream) = 0;
 };
 
+// Measured tactics (docs/TUNE.md; `moekit tune` writes them). An entry applies only on an exact
+// match of GPU, SM count, CUDA runtime, moekit version, problem and token bucket; everything else
+// runs the heuristic. A file that cannot be read or parsed is ignored (`moekit explain` and
+// MOEKIT_LOG=warn say why): a cache never makes a layer fail.
+struct TuningOptions {
+  // A tuning cache file; "off": none. Empty: MOEKIT_TUNING_CACHE when set (a path, or "off"), else
+  // $XDG_CACHE_HOME/moekit/tuning.json (~/.cache/moekit/tuning.json) when it exists.
+  std::string cache;
+  // The cache's JSON text instead of a file (tools, tests); `cache` then only names it in messages.
+  std::string json;
+};
+
 struct LayerOptions {
   std::string backend = "auto";  // "auto" (MOEKIT_BACKEND may override) or a backend name
   // Required when config.ep_size > 1 (unless ep.scope is this_rank): ep_size ranks, this one
@@ -112,6 +124,7 @@ struct LayerOptions {
   // backend that can run every call and forward only checks the call's tensors; a call with more
   // tokens is an Error. 0: not declared; construction checks T = 1 and each forward checks its T.
   std::int64_t max_tokens = 0;
+  TuningOptions tuning;
 };
 
 // What the last forward of an EP layer moved (this rank), and the host wall time of each step.

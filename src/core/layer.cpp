@@ -235,7 +235,7 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
   m.observer = options.observer;
   m.max_tokens = options.max_tokens;
-  m.stages = m.backend->make_stages(config, w.weights);
+  m.stages = m.backend->make_stages(config, w.weights, &options.tuning);
   if (m.max_tokens > w.max_tokens) {
     const Status status = core::check_stages(m.stages, m.problem(m.max_tokens));
     require(bool(status), "backend " + std::string(m.backend->name()) + " cannot run max_tokens=" +

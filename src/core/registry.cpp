@@ -33,7 +33,8 @@ Status can_run(const BackendImpl& backend, const MoEConfig& config, const Weight
   const Device memory = weights.w13.defined() ? weights.w13.device : Device::cpu;
   if (memory != Device::cpu && memory != backend.device())
     return Status::no("the weights are in " + std::string(to_string(memory)) + " memory, which it does not read");
-  const StageSet stages = backend.make_stages(config, backend.prepare(config, weights, Preparation::layout_only, nullptr));
+  const StageSet stages =
+      backend.make_stages(config, backend.prepare(config, weights, Preparation::layout_only, nullptr), nullptr);
   for (const std::int64_t tokens : {std::int64_t(1), max_tokens}) {
     if (tokens < 1) continue;
     const Status s = check_stages(stages, {config, tokens, nullptr, nullptr});

@@ -184,8 +184,10 @@ class BackendImpl {
   // backend's form. Device work runs on `stream` and has finished when this returns.
   virtual std::shared_ptr<const BackendWeights> prepare(const MoEConfig& config, const Weights& weights,
                                                         Preparation how, Stream stream) const = 0;
-  // Stages bound to prepared weights, which they keep alive.
-  virtual StageSet make_stages(const MoEConfig& config, std::shared_ptr<const BackendWeights> weights) const = 0;
+  // Stages bound to prepared weights, which they keep alive. tuning: the layer's tuning cache
+  // (core/tuning.h), for the stages that choose tactics; null: none (capability checks).
+  virtual StageSet make_stages(const MoEConfig& config, std::shared_ptr<const BackendWeights> weights,
+                               const TuningOptions* tuning) const = 0;
   virtual DeviceBuffer allocate(std::size_t bytes) const = 0;
   // Its expert-parallel data movement; null when it has none.
   virtual std::unique_ptr<EpStages> make_ep_stages() const;

@@ -270,7 +270,8 @@ class CpuBackend final : public core::BackendImpl {
     h->w2_static_scale = scalar_or_zero(w.w2_input_scale, how);
     return h;
   }
-  core::StageSet make_stages(const MoEConfig&, std::shared_ptr<const core::BackendWeights> prepared) const override {
+  core::StageSet make_stages(const MoEConfig&, std::shared_ptr<const core::BackendWeights> prepared,
+                             const TuningOptions*) const override {
     const auto& w = static_cast<const HostWeights&>(*prepared);
     core::StageSet s;
     s.router = std::make_unique<Router>();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/layer_file.h"
+#include "moekit/device.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "test_util.h"
@@ -222,6 +223,55 @@ TEST(ToolsCli, BenchOnTheCpuPrintsACaseAndWritesJson) {
   EXPECT_NE(r.err.find("bench: qwen3-30b-a3b T=8"), std::string::npos) << "progress line on stderr";
 }
 
+// docs/TUNE.md: explain says which cache it read, which entries it ignored and why, and per
+// bucket whether the tactic is tuned or the heuristic's; a corrupted cache is rejected, not fatal.
+TEST(ToolsCli, ExplainShowsTheTuningCacheAndWhyEntriesAreIgnored) {
+  TempDir dir;
+  const std::string corrupt = dir.file("corrupt.json"), other = dir.file("other.json");
+  std::ofstream(corrupt) << "{\"format\": \"moekit-tuning\", \"version\": 1, \"entries\": [1]}";
+  std::ofstream(other) << R"({"format": "moekit-tuning", "version": 1, "entries": [
+    {"gpu": "Some GPU", "sms": 7, "cuda": "1.0", "moekit": "0.0.1",
+     "problem": {"experts": 128, "hidden": 2048, "intermediate": 768, "top_k": 8, "ep_size": 1, "activation": "silu_and_mul",
+                 "quant": "fp8-block", "scale_format": "f32", "fp8_accumulation": "fast", "batch_invariant": false},
+     "step": "experts", "tokens": 64, "winner": {"tactic": "min-latency", "us": 10}}]})";
+  const Result bad = moekit("explain --preset qwen3-30b-a3b --tuning-cache " + corrupt);
+  EXPECT_EQ(bad.code, 0) << bad.err;
+  const Result off = moekit("explain --preset qwen3-30b-a3b --tuning-cache off");
+  EXPECT_EQ(off.code, 0) << off.err;
+  const Result mismatch = moekit("explain --preset qwen3-30b-a3b --tuning-cache " + other);
+  EXPECT_EQ(mismatch.code, 0) << mismatch.err;
+  const Result by_env = moekit("explain --preset qwen3-30b-a3b", "MOEKIT_TUNING_CACHE=" + other);
+  EXPECT_EQ(by_env.code, 0) << by_env.err;
+#ifdef MOEKIT_HAVE_CUDA
+  EXPECT_NE(bad.out.find("tuning cache: none (rejected: " + corrupt + ": entries[0]: expected an object"), std::string::npos)
+      << bad.out;
+  EXPECT_NE(off.out.find("tuning cache: none (off"), std::string::npos) << off.out;
+  EXPECT_NE(mismatch.out.find("ignored 1 entry: GPU 'Some GPU' != '"), std::string::npos) << mismatch.out;
+  EXPECT_NE(by_env.out.find(other + " (MOEKIT_TUNING_CACHE): 1 entries"), std::string::npos) << by_env.out;
+  EXPECT_NE(mismatch.out.find("* T<=64     staged gemm1="), std::string::npos) << mismatch.out;
+  EXPECT_NE(mismatch.out.find(": heuristic ("), std::string::npos) << mismatch.out;
+#endif
+}
+
+TEST(ToolsCli, TuneWithoutAGpuFailsInOneLine) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is here: scripts/device-tune.sh tunes";
+  TempDir dir;
+  const Result r = moekit("tune --preset qwen3-30b-a3b --tokens 1 --out " + dir.file("t.json"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("moekit tune: error: tune: "), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("t.json")));
+}
+
+TEST(ToolsCli, BenchTakesOnePassPerTuningCache) {
+  const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 2 --runs 1 --tuning-cache off,off");
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::size_t passes = 0;
+  for (std::size_t at = r.out.find("tuning cache: off"); at != std::string::npos; at = r.out.find("tuning cache: off", at + 1))
+    ++passes;
+  EXPECT_EQ(passes, 2u) << r.out;
+}
+
 TEST(ToolsCli, BenchStagesBreakDownTheLayerAndTheJsonSaysWhatRan) {
   TempDir dir;
   const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 4 --runs 1 --stages --json " +
@@ -322,12 +372,19 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"explain_unknown_preset", "explain --preset gpt-5", "preset: expected one of"},
                       BadCase{"fuzz_replay_with_cases", "fuzz --replay 5 --cases 3", "--replay: runs one case; drop --cases"},
                       BadCase{"fuzz_bad_backend", "fuzz --backend tpu", "--backend: expected one of"},
-                      BadCase{"fuzz_bad_seed", "fuzz --seed -1", "--seed: expected an integer"}),
+                      BadCase{"fuzz_bad_seed", "fuzz --seed -1", "--seed: expected an integer"},
+                      BadCase{"tune_no_problem", "tune", "give --preset NAME"},
+                      BadCase{"tune_tokens_not_buckets", "tune --preset qwen3-30b-a3b --tokens 1,3",
+                              "--tokens: expected powers of two (token buckets), given 3"},
+                      BadCase{"tune_cache_without_verify", "tune --preset qwen3-30b-a3b --cache x.json",
+                              "--cache: names the cache --verify checks"},
+                      BadCase{"tune_few_runs", "tune --preset qwen3-30b-a3b --runs 5", "--runs: expected an integer in [20"},
+                      BadCase{"tune_inputs_and_preset", "tune --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 // Issue #19: -h and <command> --help were refused.
 TEST(ToolsCli, EveryCommandTakesHelp) {
-  for (const char* command : {"run", "presets", "explain", "bench", "fuzz", "version"})
+  for (const char* command : {"run", "presets", "explain", "bench", "tune", "fuzz", "version"})
     for (const char* flag : {"-h", "--help"}) {
       const Result r = moekit(std::string(command) + " " + flag);
       EXPECT_EQ(r.code, 0) << command << " " << flag << ": " << r.err;

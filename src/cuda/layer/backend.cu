@@ -115,12 +115,13 @@ class CudaBackend final : public core::BackendImpl {
   }
 
   // The stages read the prepared weights, which they keep alive.
-  core::StageSet make_stages(const MoEConfig& c, std::shared_ptr<const core::BackendWeights> prepared) const override {
+  core::StageSet make_stages(const MoEConfig& c, std::shared_ptr<const core::BackendWeights> prepared,
+                             const TuningOptions* tuning) const override {
     const auto& w = static_cast<const DeviceWeights&>(*prepared);
     core::StageSet s;
     s.router = std::make_unique<Router>(w);
     s.prepare = std::make_unique<Prepare>(w);
-    s.experts = make_experts(c, w);
+    s.experts = make_experts(c, w, tuning);
     s.finalize = std::make_unique<Finalize>();
     s.keep_alive = std::move(prepared);
     return s;

@@ -9,6 +9,8 @@
 // fp8_channel GEMM; fp8-block scales come out of gather/activation in the GEMM's layout.
 // The masked format (run_masked) skips 1-2: its rows are the caller's blocks, the plan a kernel
 // of one block per expert (offsets e C, the counts clamped, fp8 scales into the GEMM's layout).
+// The contiguous format's path (this, or min_latency.h's) and GEMM tiles at T are a tactic
+// (tactic.h): the tuning cache's for T's bucket when it has one that can run, else the heuristic's.
 #include <algorithm>
 
 #include "core/stages.h"
@@ -17,6 +19,7 @@
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/experts.h"
 #include "cuda/layer/min_latency.h"
+#include "cuda/layer/tactic.h"
 #include "cuda/permute/gather.h"
 #include "cuda/permute/plan.h"
 #include "cuda/quant/quantize.h"
@@ -80,25 +83,27 @@ struct Buffers {
 
 class Experts final : public core::ExpertsStage {
  public:
-  Experts(const MoEConfig& config, const DeviceWeights& weights) : config_(config), weights_(weights) {}
+  Experts(const MoEConfig& config, const DeviceWeights& weights, const TuningOptions* tuning)
+      : config_(config), weights_(weights), tactics_(config, tuning) {}
 
   bool applies_weights() const override { return false; }
 
   std::int64_t max_rows(const core::StageProblem& p) const override { return rows_format().max_rows(p.tokens * p.config.top_k()); }
 
-  // The min-latency path: inside the layer only (the EP pipeline combines on its own).
-  min_latency::Choice path(const core::StageProblem& p) const {
-    if (p.group != nullptr) return {false, "staged path: expert parallelism combines in its own pipeline"};
-    return min_latency::choose(min_latency_problem(p));
+  // The path and the GEMM tiles at T: tuned (the cache) or the heuristic's (tactic.h).
+  Tactic tactic(const core::StageProblem& p) const {
+    return tactics_.choose({config_, p.tokens, max_rows(p), p.group != nullptr}).tactic;
   }
-  bool whole_layer(const core::StageProblem& p) const override { return path(p).taken; }
+  bool whole_layer(const core::StageProblem& p) const override { return tactic(p).path == TacticPath::min_latency; }
 
   Status can_implement(const core::StageProblem& p) const override {
     if (config_.experts_path == ExpertsPath::min_latency) {
       if (p.group != nullptr) return Status::no("min-latency path: not inside the expert-parallel pipeline");
       return min_latency::can_implement(min_latency_problem(p));
     }
-    const auto [g1, g2] = gemms(p);
+    const Tactic t = tactic(p);
+    if (t.path == TacticPath::min_latency) return min_latency::can_implement(min_latency_problem(p));
+    const auto [g1, g2] = gemms(p, t);
     for (const auto& [desc, config] : {g1, g2}) {
       Status s = cuda::can_implement(desc, config);
       if (!s) return Status::no("grouped GEMM " + desc.to_string() + ": " + s.reason());
@@ -111,20 +116,22 @@ class Experts final : public core::ExpertsStage {
   }
 
   std::size_t workspace_size(const core::StageProblem& p) const override {
-    if (path(p).taken) return min_latency::workspace_size(min_latency_problem(p));
+    const Tactic t = tactic(p);
+    if (t.path == TacticPath::min_latency) return min_latency::workspace_size(min_latency_problem(p));
     core::Carver c(nullptr);
-    carve(c, p);
+    carve(c, p, t);
     return c.used();
   }
 
   void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
-    if (path(p).taken) {
+    const Tactic t = tactic(p);
+    if (t.path == TacticPath::min_latency) {
       require(args.hidden.defined() && args.out.defined(), "min-latency path: the layer's input and output are required");
       run_min_latency(p, args, ws, stream);
       return;
     }
     core::Carver c(ws.data);
-    const Buffers b = carve(c, p);
+    const Buffers b = carve(c, p, t);
     const QuantScheme scheme = config_.quant.scheme;
     const bool channel = scheme == QuantScheme::fp8_rowwise || scheme == QuantScheme::fp8_tensor;
     const int rows = int(max_rows(p));
@@ -150,7 +157,7 @@ class Experts final : public core::ExpertsStage {
     permute::run(gather_problem(p), gather, b.gather_ws, stream);
     if (channel) expand(b, b.s1, ceil_div(config_.hidden_size, kBlock), rows, stream, b.s1_gemm);
 
-    const auto [g1, g2] = gemms(p);
+    const auto [g1, g2] = gemms(p, t);
     core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.data,
                        weights_.w13_scales.ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
@@ -269,20 +276,11 @@ class Experts final : public core::ExpertsStage {
             {d2, choose_masked_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
   }
 
-  // The two GEMMs and the tile each one gets, for `moekit explain` and the run.
+  // The two GEMMs and the tile the tactic gives each.
   std::pair<std::pair<GroupedGemmDesc, GroupedGemmConfig>, std::pair<GroupedGemmDesc, GroupedGemmConfig>> gemms(
-      const core::StageProblem& p) const {
-    const GemmKind kind = gemm_kind(config_.quant.scheme);
-    const std::int64_t el = config_.local_experts(), rows = max_rows(p);
-    const double per_group = double(p.tokens * config_.top_k()) / double(config_.num_experts);
-    const std::int64_t data_rows = p.tokens * config_.top_k();
-    const GroupedGemmDesc d1{kind, el, config_.gemm1_width(), config_.hidden_size, rows, data_rows};
-    const GroupedGemmDesc d2{kind, el, config_.hidden_size, config_.intermediate_size, rows, data_rows};
-    // GEMM1's output is requantized (FP8 schemes), GEMM2's is the result.
-    const Fp8Accumulation a = config_.quant.accumulation;
-    const bool invariant = config_.batch_invariant;
-    return {{d1, choose_gemm_config(d1, per_group, gemm_sums(kind, a, true), invariant).config},
-            {d2, choose_gemm_config(d2, per_group, gemm_sums(kind, a, false), invariant).config}};
+      const core::StageProblem& p, const Tactic& t) const {
+    const StagedGemms g = staged_gemms({config_, p.tokens, max_rows(p), p.group != nullptr});
+    return {{g.gemm1, t.gemm1}, {g.gemm2, t.gemm2}};
   }
 
  private:
@@ -414,7 +412,7 @@ class Experts final : public core::ExpertsStage {
     MOEKIT_CUDA_CHECK_LAUNCH("expand_scales");
   }
 
-  Buffers carve(core::Carver& c, const core::StageProblem& p) const {
+  Buffers carve(core::Carver& c, const core::StageProblem& p, const Tactic& t) const {
     const std::int64_t rows = max_rows(p), el = config_.local_experts();
     const std::int64_t h = config_.hidden_size, w = config_.gemm1_width(), inter = config_.intermediate_size;
     const QuantScheme scheme = config_.quant.scheme;
@@ -435,7 +433,7 @@ class Experts final : public core::ExpertsStage {
     b.q2 = c.take(std::size_t(rows * inter) * act_bytes);
     b.s2 = floats((rows + slack) * ceil_div(inter, kBlock));
     b.s2_gemm = floats((rows + slack) * ceil_div(inter, kBlock));
-    const auto [g1, g2] = gemms(p);
+    const auto [g1, g2] = gemms(p, t);
     b.plan_ws = workspace(permute::workspace_size(plan_problem(p)));
     b.gather_ws = workspace(permute::workspace_size(gather_problem(p)));
     b.act_ws = workspace(activation::workspace_size(activation_problem(p)));
@@ -446,12 +444,14 @@ class Experts final : public core::ExpertsStage {
 
   MoEConfig config_;
   const DeviceWeights& weights_;
+  TacticChooser tactics_;
 };
 
 }  // namespace
 
-std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights) {
-  return std::make_unique<Experts>(config, weights);
+std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights,
+                                                 const TuningOptions* tuning) {
+  return std::make_unique<Experts>(config, weights, tuning);
 }
 
 }  // namespace moekit::cuda

@@ -8,7 +8,9 @@
 
 namespace moekit::cuda {
 
-// weights must outlive the stage.
-std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights);
+// weights must outlive the stage. tuning: the cache whose tactics it prefers (tactic.h); null:
+// the heuristic alone.
+std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights,
+                                                 const TuningOptions* tuning);
 
 }  // namespace moekit::cuda

@@ -1,0 +1,83 @@
+#include "core/tune.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moekit::core {
+namespace {
+
+// Times to 0.01 µs: what the cache keeps (and writes back unchanged).
+double rounded(double us) { return std::round(us * 100) / 100; }
+
+io::TuningEntry entry_of(const TunePlan& plan, std::int64_t tokens, std::vector<io::TunedTime> times) {
+  // Stable: on equal times the earlier candidate (the heuristic's first) stays ahead.
+  std::stable_sort(times.begin(), times.end(), [](const io::TunedTime& a, const io::TunedTime& b) { return a.us < b.us; });
+  io::TuningEntry e;
+  e.device = plan.device;
+  e.problem = plan.problem;
+  e.step = "experts";
+  e.tokens = tokens;
+  e.winner = times.front();
+  e.runners_up.assign(times.begin() + 1, times.end());
+  e.measured = plan.measured;
+  return e;
+}
+
+}  // namespace
+
+std::vector<TuneCase> TunePlan::timed() const {
+  if (!problem.batch_invariant) {
+    std::vector<TuneCase> out;
+    for (const TuneCase& c : cases)
+      if (c.tactics.size() > 1) out.push_back(c);
+    return out;
+  }
+  if (cases.empty()) return {};
+  std::vector<std::string> common = cases.front().tactics;
+  for (const TuneCase& c : cases)
+    std::erase_if(common, [&](const std::string& t) { return std::find(c.tactics.begin(), c.tactics.end(), t) == c.tactics.end(); });
+  if (common.size() <= 1) return {};
+  std::vector<TuneCase> out;
+  for (const TuneCase& c : cases) out.push_back({c.tokens, common});
+  return out;
+}
+
+std::size_t TunePlan::measurements() const {
+  std::size_t n = 0;
+  for (const TuneCase& c : timed()) n += c.tactics.size();
+  return n;
+}
+
+std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, const TuneProgress& progress) {
+  const std::vector<TuneCase> cases = plan.timed();
+  const std::size_t total = plan.measurements();
+  std::size_t done = 0;
+  std::vector<std::vector<io::TunedTime>> times;
+  for (const TuneCase& c : cases) {
+    times.emplace_back();
+    for (const std::string& tactic : c.tactics) {
+      if (progress) progress(done, total, c.tokens, tactic);
+      times.back().push_back({tactic, timer.time_us(c.tokens, tactic)});
+      ++done;
+    }
+  }
+  std::vector<io::TuningEntry> entries;
+  if (plan.problem.batch_invariant) {
+    if (cases.empty()) return entries;
+    std::vector<io::TunedTime> mean;
+    for (std::size_t t = 0; t < cases.front().tactics.size(); ++t) {
+      double log_sum = 0;
+      for (const auto& per_case : times) log_sum += std::log(per_case[t].us);
+      mean.push_back({cases.front().tactics[t], rounded(std::exp(log_sum / double(times.size())))});
+    }
+    entries.push_back(entry_of(plan, 0, mean));
+    return entries;
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    for (io::TunedTime& t : times[i]) t.us = rounded(t.us);
+    entries.push_back(entry_of(plan, cases[i].tokens, times[i]));
+  }
+  return entries;
+}
+
+}  // namespace moekit::core

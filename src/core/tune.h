@@ -1,0 +1,45 @@
+// The tuning loop of `moekit tune` (docs/TUNE.md), apart from how a tactic is timed: the GPU's
+// timer replays CUDA graphs with a cold L2 (tools/cmd_tune.cpp); tests give a fake one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/tuning_cache.h"
+
+namespace moekit::core {
+
+class TacticTimer {
+ public:
+  virtual ~TacticTimer() = default;
+  // The median µs of the layer at T = tokens with the step running `tactic`.
+  virtual double time_us(std::int64_t tokens, const std::string& tactic) = 0;
+};
+
+struct TuneCase {
+  std::int64_t tokens = 0;           // a bucket, timed at T = tokens
+  std::vector<std::string> tactics;  // the candidates at T, the heuristic's first
+};
+
+struct TunePlan {
+  io::TuningDevice device;
+  io::TuningProblem problem;
+  std::vector<TuneCase> cases;
+  std::string measured;  // copied into each entry
+  // The tactics each case times: every one where more than one can run; a batch-invariant
+  // problem times the tactics that every case can run, at every case, or nothing when only one can.
+  std::vector<TuneCase> timed() const;
+  std::size_t measurements() const;
+};
+
+// Called before each measurement: done of total, the case and the tactic.
+using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& tactic)>;
+
+// Times plan.timed(); per case the fastest wins and the others are its runners-up, fastest first
+// (ties: the earlier candidate, the heuristic first). Batch-invariant: one entry (tokens 0) whose
+// times are the geometric means over the cases.
+std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, const TuneProgress& progress);
+
+}  // namespace moekit::core
