@@ -118,8 +118,9 @@ TEST(CudaLayerPast2GiB, SampledTokensMatchTheReferences) {
     GTEST_SKIP() << "needs " << (kDeviceBytesNeeded >> 30) << " GB of free device memory, " << (free_bytes >> 30) << " GB free";
 
   const std::uint64_t seed = fresh_seed();
-  std::printf("CudaLayerPast2GiB seed %llu (MOEKIT_TEST_SEED=%llu replays it)\n", (unsigned long long)seed,
-              (unsigned long long)seed);
+  std::printf("past-2GiB: seed %llu (MOEKIT_TEST_SEED=%llu replays it), T=%lld H=%lld k=%d E=%lld I=%lld\n",
+              (unsigned long long)seed, (unsigned long long)seed, (long long)kTokens, (long long)kHidden, kTopK,
+              (long long)kExperts, (long long)kInter);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const std::vector<std::int64_t> tokens = sample_tokens(rng);
@@ -170,7 +171,7 @@ TEST(CudaLayerPast2GiB, SampledTokensMatchTheReferences) {
     const Tensor got = device_rows(out, tokens);
     const References refs = make_references(config, lw, seed, sample_hidden, sample_routing);
     const core::CheckResult check = design_check(got, refs, config.quant);
-    std::printf("%-24s %s\n", big_case_name(b).c_str(), check.to_string().c_str());
+    std::printf("past-2GiB: %-22s %s\n", big_case_name(b).c_str(), check.to_string().c_str());
     expect_meets_the_check(check, c);
   }
 }
