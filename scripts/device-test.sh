@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA code on a GPU machine: build (unless prebuilt binaries run there), the CUDA tests,
-# compute-sanitizer memcheck and racecheck on reduced cases, the stage benchmark, the grouped
-# GEMM benchmark, the whole layer checked per preset; a short table last. Logs go to $OUT (or ./device-out).
+# compute-sanitizer memcheck, racecheck and synccheck over the whole CUDA suite in reduced shapes,
+# the stage benchmark, the grouped GEMM benchmark, the whole layer checked per preset; a short
+# table last. Logs go to $OUT (or ./device-out).
 #   scripts/device-test.sh                 build in /tmp/moekit-build, then run everything
 #   MOEKIT_PREBUILT=DIR scripts/device-test.sh   use DIR/tests/test_cuda and DIR/bench/cuda_stages_bench
 #   MOEKIT_STEPS="tests sanitize bench gemm layer decode ncu profile"  which steps (default: all but
@@ -12,8 +13,13 @@
 #   MOEKIT_BENCH_AB="a/cuda_stages_bench b/cuda_stages_bench"   more stage benches, run in turn after
 #     the first (variants built elsewhere), each table printed under its path
 #   MOEKIT_GEMM_ARGS=--decode              the grouped GEMM bench's cases (default: all; --masked, --decode)
-#   MOEKIT_SANITIZE_FILTER='Cuda*:-CudaFp8Codec.*'   the tests compute-sanitizer runs (racecheck:
-#   MOEKIT_RACECHECK_FILTER, default the same), each tool within MOEKIT_SANITIZE_TIMEOUT seconds
+#   MOEKIT_SANITIZE_TOOLS="memcheck racecheck synccheck"   the compute-sanitizer tools the sanitize step
+#     runs, one after the other, each over test_cuda with MOEKIT_CUDA_TEST_SMALL=1 (every test shrinks
+#     its cases; the past-2-GiB test skips) and one summary line (errors or hazards, tests, seconds)
+#   MOEKIT_SANITIZE_FILTER='*'             the tests each tool runs (default: all of test_cuda); per tool
+#     MOEKIT_MEMCHECK_FILTER, MOEKIT_RACECHECK_FILTER, MOEKIT_SYNCCHECK_FILTER override it
+#   MOEKIT_SANITIZE_TIMEOUT=180            seconds per tool (MOEKIT_<TOOL>_TIMEOUT per tool); a tool that
+#     runs out is a failure that names the test it was in
 # Full logs stay in $MOEKIT_LOG_DIR (default /tmp/moekit-device-logs); $OUT gets the few that
 # matter (at most 8 files come back from a lent machine).
 set -uo pipefail
@@ -55,11 +61,12 @@ else
   bin="$build"
 fi
 
-tests_status="not run"; memcheck_status="not run"; racecheck_status="not run"; bench_status="not run"
+tests_status="not run"; bench_status="not run"
+declare -A sanitize_status=([memcheck]="not run" [racecheck]="not run" [synccheck]="not run")
 gemm_status="not run"; layer_status="not run"; decode_status="not run"
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda"
-  timeout "${MOEKIT_TEST_TIMEOUT:-1200}" "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*}" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation):|Failure|error" | head -n 60
+  timeout "${MOEKIT_TEST_TIMEOUT:-1200}" "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*}" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^(routing|activation|past-2GiB):|Failure|error" | head -n 60
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then tests_status="pass"; else tests_status="FAIL"; fi
 fi
 if [[ " $steps " == *" bench "* ]]; then
@@ -97,18 +104,56 @@ if [[ " $steps " == *" decode "* ]]; then
        --json "$out/decode.json" >"$out/decode.log" 2>"$logs/decode.err"; then decode_status="ran"; else decode_status="FAIL"; fi
   tail -n 3 "$logs/decode.err"
 fi
-if [[ " $steps " == *" sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
-  filter="${MOEKIT_SANITIZE_FILTER:-Cuda*:-CudaFp8Codec.*}"
-  limit="${MOEKIT_SANITIZE_TIMEOUT:-1800}"  # seconds per tool; 124 = it ran out
-  echo "== compute-sanitizer memcheck ($filter, small cases)"
-  MOEKIT_CUDA_TEST_SMALL=1 timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$logs/memcheck.log" 2>&1
-  rc=$?; tail -n 4 "$logs/memcheck.log"; if [ $rc -eq 0 ]; then memcheck_status="pass"; else memcheck_status="FAIL ($rc)"; fi
-  filter="${MOEKIT_RACECHECK_FILTER:-$filter}"
-  echo "== compute-sanitizer racecheck ($filter)"
-  MOEKIT_CUDA_TEST_SMALL=1 timeout "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/tests/test_cuda" --gtest_filter="$filter" \
-    >"$logs/racecheck.log" 2>&1
-  rc=$?; tail -n 4 "$logs/racecheck.log"; if [ $rc -eq 0 ]; then racecheck_status="pass"; else racecheck_status="FAIL ($rc)"; fi
+# One line for a sanitizer log: the tool's error (racecheck: hazard) count, the tests that ran and
+# failed, the time against the limit, the slowest tests; the status goes to sanitize_status[tool]:
+# pass only with exit code 0 and a summary of 0 (a process that dies prints no summary).
+sanitize_summary() {
+  local tool=$1 log=$2 rc=$3 seconds=$4 limit=$5 count="" ok failed slowest status
+  if [ "$tool" = racecheck ]; then
+    count=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" "$log" | tail -n 1 |
+            sed -E 's/RACECHECK SUMMARY: ([0-9]+) hazards? displayed \(([0-9]+) errors?, ([0-9]+) warnings?\)/\1 hazards (\2 errors, \3 warnings)/')
+  fi
+  [ -z "$count" ] && count=$(grep -oE "ERROR SUMMARY: [0-9]+ errors?" "$log" | tail -n 1 | sed -E 's/ERROR SUMMARY: ([0-9]+) errors?/\1 errors/')
+  ok=$(grep -c "^\[       OK \]" "$log")
+  failed=$(grep -oE "^\[  FAILED  \] [0-9]+ tests?, listed below" "$log" | grep -oE "[0-9]+" | head -n 1)
+  slowest=$(grep -E "^\[       OK \] .* \([0-9]+ ms\)$" "$log" | sed -E 's/^\[       OK \] (.*) \(([0-9]+) ms\)$/\2 \1/' |
+            sort -rn | head -n 3 | awk '{printf "%s%s %.1f s", (NR > 1 ? ", " : ""), $2, $1 / 1000}')
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    status="FAIL (ran out of ${limit} s in $(grep -E '^\[ RUN      \]' "$log" | tail -n 1 | sed -E 's/^\[ RUN      \] //'))"
+  elif [ -z "$count" ]; then
+    status="FAIL (rc $rc, no summary: the process died)"
+  elif [ "$rc" -ne 0 ] || [[ "$count" != 0\ * ]]; then
+    status="FAIL (rc $rc)"
+  else
+    status="pass"
+  fi
+  sanitize_status[$tool]="$status, ${count:-no summary}"
+  echo "$tool: $status | ${count:-no summary} | $ok tests passed, ${failed:-0} failed | ${seconds} s of ${limit} s | slowest: ${slowest:-none}" |
+    tee -a "$out/sanitize.log"
+}
+
+if [[ " $steps " == *" sanitize "* ]]; then
+  : >"$out/sanitize.log"
+  for tool in ${MOEKIT_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    if ! command -v compute-sanitizer >/dev/null; then
+      echo "$tool: FAIL (no compute-sanitizer on PATH)" | tee -a "$out/sanitize.log"
+      sanitize_status[$tool]="FAIL (no compute-sanitizer)"
+      continue
+    fi
+    upper=$(echo "$tool" | tr '[:lower:]' '[:upper:]')
+    filter_var="MOEKIT_${upper}_FILTER" limit_var="MOEKIT_${upper}_TIMEOUT"
+    filter="${!filter_var:-${MOEKIT_SANITIZE_FILTER:-*}}"
+    limit="${!limit_var:-${MOEKIT_SANITIZE_TIMEOUT:-180}}"
+    echo "== compute-sanitizer $tool ($filter, MOEKIT_CUDA_TEST_SMALL=1, ${limit} s)"
+    start=$(date +%s)
+    MOEKIT_CUDA_TEST_SMALL=1 timeout -k 10 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" >"$logs/$tool.log" 2>&1
+    rc=$?
+    sanitize_summary "$tool" "$logs/$tool.log" "$rc" "$(( $(date +%s) - start ))" "$limit"
+    # what it reported (or where it stopped), for the log that comes back
+    grep -E "^========= (Invalid|Race|Barrier|Error|Warning|Program hit|Hazard)|^\[  FAILED  \]" "$logs/$tool.log" | head -n 20 >>"$out/sanitize.log"
+    tail -n 3 "$logs/$tool.log"
+  done
 fi
 if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
   # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
@@ -136,7 +181,10 @@ fi
 echo
 echo "== summary"
 echo "test seed: MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
-echo "tests: $tests_status | memcheck: $memcheck_status | racecheck: $racecheck_status | bench: $bench_status | gemm: $gemm_status | layer: $layer_status"
+echo "tests: $tests_status | bench: $bench_status | gemm: $gemm_status | layer: $layer_status | decode: $decode_status"
+for tool in memcheck racecheck synccheck; do echo "$tool: ${sanitize_status[$tool]}"; done
 [ -f "$logs/bench.log" ] && grep "^|" "$logs/bench.log"
 [ -f "$out/gemm.log" ] && cat "$out/gemm.log"
-[ "$decode_status" != "FAIL" ] && [ "$tests_status" != "FAIL" ] && [ "$gemm_status" != "FAIL" ] && [ "$layer_status" != "FAIL" ] && [[ "$memcheck_status" != FAIL* ]] && [[ "$racecheck_status" != FAIL* ]] && [ "$bench_status" != "FAIL" ]
+[ "$decode_status" != "FAIL" ] && [ "$tests_status" != "FAIL" ] && [ "$gemm_status" != "FAIL" ] && [ "$layer_status" != "FAIL" ] &&
+  [[ "${sanitize_status[memcheck]}" != FAIL* ]] && [[ "${sanitize_status[racecheck]}" != FAIL* ]] &&
+  [[ "${sanitize_status[synccheck]}" != FAIL* ]] && [ "$bench_status" != "FAIL" ]

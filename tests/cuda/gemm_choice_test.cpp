@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "cuda/gemm/grouped_gemm.h"
 
@@ -126,6 +127,30 @@ TEST(CudaGemmChoice, SumsFollowTheAccumulationMode) {
   EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::exact, false), GemmSums::tensor_core);
   EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_channel, Fp8Accumulation::strict, false), GemmSums::f32);
   EXPECT_EQ(cuda::gemm_sums(GemmKind::bf16, Fp8Accumulation::strict, true), GemmSums::tensor_core);
+}
+
+// Past 2^31 elements (issue #19): the GEMMs of the past-2-GiB layer test (600,000 rows of
+// K = 7168, 4.3e9 elements; once refused as too many for 32-bit indexing) are taken by every
+// kernel family; only 2^31 rows themselves are refused (the plan's offsets are int32).
+TEST(CudaGemmChoice, RowsPast2GiBOfElementsAreTaken) {
+  struct Kernel {
+    GemmKind kind;
+    GemmTile tile;
+  };
+  constexpr std::int64_t kRows = 600000 + 8 * 15;  // T·k rows and each group's padding to 16
+  for (const Kernel k : {Kernel{GemmKind::bf16, GemmTile::m128_n128_cooperative}, Kernel{GemmKind::fp8_block, GemmTile::m128_n128_cooperative},
+                         Kernel{GemmKind::fp8_block, GemmTile::m128_n128_wgmma}, Kernel{GemmKind::fp8_block, GemmTile::m128_n128_f16},
+                         Kernel{GemmKind::fp8_channel, GemmTile::m192_n128_wgmma_k128}}) {
+    for (const auto& [n, depth] : {std::pair<std::int64_t, std::int64_t>{256, 7168}, {7168, 128}}) {
+      const cuda::GroupedGemmDesc desc{k.kind, 8, n, depth, kRows, 600000};
+      const Status status = cuda::can_implement(desc, {k.tile});
+      EXPECT_TRUE(status) << desc.to_string() << " " << cuda::to_string(k.tile) << ": " << status.reason();
+    }
+    const cuda::GroupedGemmDesc too_many{k.kind, 8, 256, 128, std::int64_t(1) << 31, 600000};
+    const Status status = cuda::can_implement(too_many, {k.tile});
+    EXPECT_FALSE(status) << too_many.to_string();
+    EXPECT_NE(status.reason().find("rows:"), std::string::npos) << status.reason();
+  }
 }
 
 }  // namespace

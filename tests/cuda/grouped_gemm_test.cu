@@ -49,6 +49,22 @@ const Shape kShapes[] = {
     {"one_group_4096_rows_n128_k256", {0, 4096, 0}, 128, 256},
 };
 
+// MOEKIT_CUDA_TEST_SMALL (sanitizer runs): the shapes of more than 2^20 weights per group give
+// way to these, with the same rows per group.
+const Shape kSmallShapes[] = {
+    {"decode_rows_le8_n256_k512", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7}, 256, 512},
+    {"decode_one_row_n1024_k1024", {0, 0, 1, 0, 1}, 1024, 1024},
+    {"prefill_rows_n256_k1024", {155, 0, 160, 129, 140}, 256, 1024},
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (const Shape& s : kShapes)
+    if (!small_cases() || s.n * s.k <= (1 << 20)) out.push_back(s);
+  if (small_cases()) out.insert(out.end(), std::begin(kSmallShapes), std::end(kSmallShapes));
+  return out;
+}
+
 QuantScheme scheme_of(GemmKind kind) {
   switch (kind) {
     case GemmKind::bf16: return QuantScheme::bf16;
@@ -292,18 +308,18 @@ std::vector<Case> all_cases() {
   for (Padding padding : {Padding::none, Padding::aligned, Padding::masked}) {
     for (GemmKind kind : {GemmKind::bf16, GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong})
-        for (const Shape& s : kShapes)
+        for (const Shape& s : shapes())
           if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
-          for (const Shape& s : kShapes)
+          for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     // The warp-MMA and decode kernels take whole 128-K blocks (can_implement says so).
     for (GemmTile tile : {GemmTile::rows8_warp_mma, GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma,
                           GemmTile::tokens32_n128_wgmma})
-      for (const Shape& s : kShapes)
+      for (const Shape& s : shapes())
         if (takes(padding, s) && cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
           cases.push_back({GemmKind::fp8_block, tile, s, padding});
   }

@@ -249,6 +249,13 @@ TEST(CudaRouting, RejectsWhatItCannotRun) {
   EXPECT_FALSE(cuda::routing::can_implement({config, 4, cuda::routing::kMaxExperts + 1, DType::f32, DType::f32}));
   EXPECT_FALSE(cuda::routing::can_implement({config, 4, 64, DType::i32, DType::f32}));
   EXPECT_TRUE(cuda::routing::can_implement({config, 4, 64, DType::bf16, DType::f32}));
+  // T·k slots below 2^31 (the kernel's token count is an int): k = 1 at 2^31 tokens was taken and
+  // wrapped to a negative count, which routed nothing.
+  config.top_k = 1;
+  EXPECT_TRUE(cuda::routing::can_implement({config, (std::int64_t(1) << 31) - 1, 64, DType::f32, DType::f32}));
+  EXPECT_FALSE(cuda::routing::can_implement({config, std::int64_t(1) << 31, 64, DType::f32, DType::f32}));
+  config.top_k = 4;
+  EXPECT_FALSE(cuda::routing::can_implement({config, std::int64_t(1) << 29, 64, DType::f32, DType::f32}));
 }
 
 }  // namespace

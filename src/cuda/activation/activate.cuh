@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
   float running_max = 0.0f;
   const int per_warp = (p.max_rows + warps - 1) / warps;
   const int first = int(min(std::int64_t(warp) * per_warp, std::int64_t(p.max_rows)));
-  const int last = min(first + per_warp, p.max_rows);
+  const int last = int(min(std::int64_t(first) + per_warp, std::int64_t(p.max_rows)));  // no int wrap near 2^31 rows
   RowInfo info{RowKind::unused, 0, 0, 0, 0};
   for (int row = first; row < last; ++row) {
     info = row == first ? locate_row(p.rows, row) : next_row(p.rows, info);
@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
   extern __shared__ float4 shared4[];
   float* act = reinterpret_cast<float*>(shared4);  // [I]
   __shared__ float reduce[32];
-  for (int row = blockIdx.x; row < p.max_rows; row += gridDim.x) {
+  for (std::int64_t row64 = blockIdx.x; row64 < p.max_rows; row64 += gridDim.x) {  // 64-bit: no wrap near 2^31 rows
+    const int row = int(row64);
     const RowInfo info = locate_row(p.rows, row);  // the same for the whole block
     if (info.kind == RowKind::unused) continue;
     std::uint8_t* q = static_cast<std::uint8_t*>(p.q) + std::int64_t(row) * p.inter;

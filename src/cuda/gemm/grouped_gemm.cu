@@ -159,8 +159,10 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
   if (desc.groups < 1) return Status::no("groups: expected >= 1, given " + std::to_string(desc.groups));
   if (desc.n < 16 || desc.n % 16 != 0) return Status::no("N: expected a multiple of 16, given " + std::to_string(desc.n));
   if (desc.k < 16 || desc.k % 16 != 0) return Status::no("K: expected a multiple of 16, given " + std::to_string(desc.k));
-  if (desc.max_rows >= (std::int64_t(1) << 31) / std::max<std::int64_t>(desc.k, desc.n))
-    return Status::no("rows: too many for 32-bit indexing, given " + std::to_string(desc.max_rows));
+  // Rows are int32 (the plan's offsets, tile coordinates); element offsets are 64-bit everywhere
+  // (a group's base row0 * K, rows past 2^31 / K), so only the row count is bounded here.
+  if (desc.max_rows >= (std::int64_t(1) << 31))
+    return Status::no("rows: expected below 2^31 (32-bit row offsets), given " + std::to_string(desc.max_rows));
   const Entry* e = find(desc.kind, config.tile);
   if (!e) return Status::no("no grouped GEMM compiled for " + desc.to_string() + " with " + config.to_string());
   return e->can_implement(desc);

@@ -347,7 +347,8 @@ inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs
   if (rows == 0) return {};
   const std::int64_t row_tiles = (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows);
   const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
-  require(blocks < (std::int64_t(1) << 31), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
+  // Below 2^30: a block's next tile index (index + grid, both below `blocks`) stays an int.
+  require(blocks < (std::int64_t(1) << 30), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
   return {unsigned(blocks), tile_map(args.a, desc.max_rows, desc.k, tile_rows),
           tile_map(args.w, desc.groups * desc.n, desc.k, kTileN),
           Params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),

@@ -98,7 +98,7 @@ Status can_implement(const Problem& p) {
   } catch (const Error& e) {
     return Status::no(std::string("routing: ") + e.what());
   }
-  if (p.tokens < 0 || p.tokens > (std::int64_t(1) << 31) / std::max(1, p.config.top_k))
+  if (p.tokens < 0 || p.tokens >= (std::int64_t(1) << 31) / std::max(1, p.config.top_k))
     return Status::no("routing: tokens must lie in [0, 2^31 / k), given " + std::to_string(p.tokens));
   if (p.experts > kMaxExperts)
     return Status::no("routing: at most " + std::to_string(kMaxExperts) + " experts (scores in shared memory), given " +

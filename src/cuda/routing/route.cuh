@@ -478,7 +478,7 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
 // Routes one token whose logits `sc` holds.
 template <class Scores>
 __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch& w,
-                            int token) {
+                            std::int64_t token) {
   const int lane = sc.lane;
   const RoutingMethod method = p.method;
 
@@ -600,7 +600,7 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
     float v = w.picked[j];
     if (softmax_k) v = __fdiv_rn(exp_ref(__fsub_rn(v, shift), w.exp_table), divisor);
     else if (divisor != 1.0f && divisor != 0.0f) v = __fdiv_rn(v, divisor);
-    const std::int64_t out = std::int64_t(token) * p.top_k + j;
+    const std::int64_t out = token * p.top_k + j;
     p.ids[out] = w.selected[j];
     p.weights[out] = __fmul_rn(v, p.scaling);
   }
@@ -650,8 +650,9 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
-  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
-    sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
+  // 64-bit: t + the stride must not wrap for T just below 2^31
+  for (std::int64_t t = std::int64_t(blockIdx.x) * warps + warp; t < p.tokens; t += std::int64_t(gridDim.x) * warps) {
+    sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
     route_token(sc, p, w, t);
   }
 }
@@ -663,8 +664,9 @@ __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), true);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   SharedScores sc{w.source, w.keys, int(threadIdx.x & 31), (p.experts + 31) / 32};
-  for (int t = blockIdx.x * warps + warp; t < p.tokens; t += gridDim.x * warps) {
-    sc.load(static_cast<const T*>(p.logits) + std::int64_t(t) * p.experts, p.experts);
+  // 64-bit: t + the stride must not wrap for T just below 2^31
+  for (std::int64_t t = std::int64_t(blockIdx.x) * warps + warp; t < p.tokens; t += std::int64_t(gridDim.x) * warps) {
+    sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
     route_token(sc, p, w, t);
   }
 }
