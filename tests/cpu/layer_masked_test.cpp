@@ -59,15 +59,8 @@ TEST_P(CpuLayerMasked, EachRowGetsItsExpertsOutput) {
 
 std::vector<MaskedCase> cases() {
   std::vector<MaskedCase> out;
-  auto add = [&](std::string name, LayerCase l, std::int64_t cap, bool fp8_input, bool mn, std::uint64_t seed) {
-    MaskedCase m;
-    m.name = std::move(name);
-    m.layer = l;
-    m.capacity = cap;
-    m.counts = edge_counts(l.ep_size > 1 ? l.experts / l.ep_size : l.experts, cap, seed);
-    m.fp8_input = fp8_input;
-    m.scales_mn_major = mn;
-    out.push_back(m);
+  auto add = [&](std::string name, const LayerCase& l, std::int64_t cap, bool fp8_input, bool mn, std::uint64_t seed) {
+    out.push_back(masked_case(std::move(name), l, cap, fp8_input, mn, 0, seed));
   };
   LayerCase bf16;
   bf16.experts = 12, bf16.hidden = 256, bf16.inter = 128, bf16.top_k = 4;

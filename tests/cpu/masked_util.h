@@ -143,4 +143,18 @@ inline std::vector<std::int32_t> edge_counts(std::int64_t experts, std::int64_t 
   return counts;
 }
 
+// A case of the table: counts from edge_counts(seed) for the layer's local experts.
+inline MaskedCase masked_case(std::string name, const LayerCase& layer, std::int64_t capacity, bool fp8_input,
+                              bool scales_mn_major, std::int64_t expected_rows, std::uint64_t seed) {
+  MaskedCase m;
+  m.name = std::move(name);
+  m.layer = layer;
+  m.capacity = capacity;
+  m.counts = edge_counts(layer.ep_size > 1 ? layer.experts / layer.ep_size : layer.experts, capacity, seed);
+  m.fp8_input = fp8_input;
+  m.scales_mn_major = scales_mn_major;
+  m.expected_rows = expected_rows;
+  return m;
+}
+
 }  // namespace moekit::test
