@@ -32,6 +32,7 @@ namespace moekit::cli {
 namespace {
 
 constexpr const char* kBuckets = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192,16384";
+#ifdef MOEKIT_HAVE_CUDA  // the tuner itself: without CUDA, cmd_tune checks its flags and refuses
 // A runner-up that is now this much faster than the cached winner makes --verify fail.
 constexpr double kStaleMargin = 0.03;
 
@@ -138,7 +139,6 @@ std::string forcing_cache(const io::TuningDevice& device, const MoEConfig& confi
   return io::write_tuning_cache(cache);
 }
 
-#ifdef MOEKIT_HAVE_CUDA
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("tune: ") + what + ": " + cudaGetErrorString(e));
 }
