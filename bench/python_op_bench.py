@@ -70,7 +70,8 @@ def main():
     p.add_argument("--cli", help="the moekit CLI of the same build, for its `bench` on the same problem")
     args = p.parse_args()
     layer, hidden, logits = layer_for(args.preset, args.tokens)
-    op = lambda: layer(hidden, router_logits=logits)  # noqa: E731
+    op = lambda: layer(hidden, router_logits=logits)  # noqa: E731  (eager: the direct _C call)
+    dispatched = lambda: torch.ops.moekit.fused(layer._handle, hidden, logits)  # noqa: E731  (what torch.compile runs)
     # The binding alone (no torch op dispatch): the C++ call through nanobind with a ready workspace.
     raw, out = layer._layer, torch.empty_like(hidden)
     ws = torch.empty(raw.workspace_size(args.tokens), dtype=torch.uint8, device="cuda")
@@ -87,16 +88,24 @@ def main():
         op()
 
     print(f"{layer} T={args.tokens}, median of {args.runs} (µs)")
-    print(f"  torch op eager     {event_median(op, args.runs):8.1f}   host per call {host_median(op, args.runs):6.1f}")
-    print(f"  _C call eager      {event_median(direct, args.runs):8.1f}   host per call "
-          f"{host_median(direct, args.runs):6.1f}")
-    print(f"  torch op in graph  {event_median(graph.replay, args.runs):8.1f}")
+    rows = [("MoELayer eager", op), ("torch.ops.moekit.fused eager", dispatched), ("_C call eager, ready workspace", direct)]
+    for name, call in rows:
+        print(f"  {name:32s} {event_median(call, args.runs):8.1f}   host per call {host_median(call, args.runs):6.1f}")
+    print(f"  {'MoELayer in a CUDA graph':32s} {event_median(graph.replay, args.runs):8.1f}")
     if args.cli:
         for mode in ("off", "on"):
             run = subprocess.run([args.cli, "bench", "--preset", args.preset, "--tokens", str(args.tokens),
                                   "--graph", mode, "--runs", str(args.runs)], capture_output=True, text=True)
-            rows = [line for line in run.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
-            print(f"  moekit bench --graph {mode}: " + (rows[0].strip() if rows else run.stdout + run.stderr))
+            case = re.search(r"T=\d+\s+([\d.]+) us", run.stdout)
+            host = re.search(r"host per eager call: ([\d.]+) us", run.stdout)
+            if not case:
+                print(f"  moekit bench --graph {mode}: no result\n{run.stdout}{run.stderr}")
+                continue
+            label = f"moekit bench (C++) {'in a CUDA graph' if mode == 'on' else 'eager'}"
+            line = f"  {label:32s} {float(case.group(1)):8.1f}"
+            if mode == "off" and host:
+                line += f"   host per call {float(host.group(1)):6.1f}"
+            print(line)
 
 
 if __name__ == "__main__":

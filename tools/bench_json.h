@@ -18,6 +18,7 @@ struct BenchCase {
   bool graph = false;
   Roofline roof;
   double floor_us = 0;                                 // 0 without ceilings (CPU)
+  double host_us = 0;                                  // GPU: the median host time of one eager call (enqueue, no wait)
   std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
   std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
 };

@@ -184,6 +184,20 @@ double time_calls(Device device, int runs, [[maybe_unused]] bool graph, const st
   return median(us);
 }
 
+// The median host time of one eager call on the GPU: what the call takes to enqueue its work
+// (the device idle before each), which bounds an eager layer when it exceeds the device's time.
+double host_call_us(Device device, int runs, const std::function<void(int, Stream)>& call) {
+  std::vector<double> us;
+  for (int r = 0; r < runs; ++r) {
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    call(r % kInputSets, nullptr);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  synchronize(device);
+  return median(us);
+}
+
 // Each step's median µs over `runs` eager calls, in the order the steps ran.
 std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, StepTimes& steps,
                                                        const std::function<void(int, Stream)>& call) {
@@ -212,6 +226,7 @@ void print_case(const BenchCase& r) {
               r.preset.c_str(), r.quant.c_str(), static_cast<long long>(r.tokens), r.us, r.roof.flops / r.us / 1e6,
               r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), r.floor_us,
               r.floor_us > 0 ? 100.0 * r.floor_us / r.us : 0.0, r.graph ? " (graph)" : "");
+  if (r.host_us > 0) std::printf("    host per eager call: %.1f us\n", r.host_us);
   if (!r.tuning.empty()) std::printf("    tuning cache: %s\n", r.tuning.c_str());
   if (!r.stages.empty()) {
     double sum = 0;
@@ -270,6 +285,7 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     for (int w = 0; w < 2; ++w) call(w % kInputSets, nullptr);  // allocates before any capture
     synchronize(device);
     r.us = time_calls(device, runs, r.graph, call);
+    if (device == Device::cuda) r.host_us = host_call_us(device, runs, call);
     if (settings.stages) r.stages = time_steps(device, runs, steps, call);
     results.push_back(r);
     print_case(r);

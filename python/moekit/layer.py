@@ -99,11 +99,15 @@ class MoELayer:
         if router_logits is not None:
             if topk_ids is not None or topk_weights is not None or out is not None:
                 raise TypeError("forward: give router_logits, or topk_ids and topk_weights (and out=), not both")
+            if not ops.traced(hidden):
+                return ops.fused_call(self._layer, hidden, router_logits)
             return torch.ops.moekit.fused(self._handle, hidden, router_logits)
         if topk_ids is None or topk_weights is None:
             raise TypeError("forward: expected router_logits, or topk_ids and topk_weights")
         if topk_ids.dtype == torch.int64:
             topk_ids = topk_ids.to(torch.int32)
+        if not ops.traced(hidden):
+            return ops.experts_call(self._layer, hidden, topk_ids, topk_weights, ops.out_like(hidden) if out is None else out)
         if out is None:
             return torch.ops.moekit.experts(self._handle, hidden, topk_ids, topk_weights)
         torch.ops.moekit.experts_out(self._handle, hidden, topk_ids, topk_weights, out)
@@ -119,6 +123,8 @@ class MoELayer:
         block that hold a token (clamped to [0, C]). Returns [E_local, C, H] bfloat16: each row below
         its count gets its expert's output, without routing weight; the rows past the counts are
         left uninitialized. expected_rows: rows per expert you expect (a tile hint; 0: C)."""
+        if not ops.traced(hidden):
+            return ops.masked_call(self._layer, hidden, hidden_scale, counts, expected_rows)
         return torch.ops.moekit.masked(self._handle, hidden, hidden_scale, counts, expected_rows)
 
     def __del__(self):
@@ -135,4 +141,6 @@ def route(router_logits, *, top_k, routing="softmax_topk_renorm", bias=None, n_g
           routed_scaling_factor=1.0):
     """(topk_ids [T, k] int32, topk_weights [T, k] float32) by DESIGN §3's method `routing`, on the
     device of router_logits [T, E] (float32 or bfloat16). bias: e_score_correction_bias [E]."""
+    if not ops.traced(router_logits):
+        return ops.route_call(router_logits, bias, top_k, routing, n_group, topk_group, routed_scaling_factor)
     return torch.ops.moekit.route(router_logits, bias, top_k, routing, n_group, topk_group, routed_scaling_factor)

@@ -1,7 +1,10 @@
 """torch.ops.moekit.*: moekit's layer and router as torch custom ops.
 
 A layer is a C++ object; the ops name it by an integer handle (MoELayer registers itself), so
-that a traced graph holds a constant, not an object. Each op has a fake implementation (shapes
+that a traced graph holds a constant, not an object. MoELayer calls the *_call functions below
+directly when nothing traces it (eager, and under torch.cuda.graph capture), and these ops when
+torch.compile does: the op dispatch costs tens of µs of host time per call, the layer at T = 1 a few
+tens of µs of GPU time. Each op has a fake implementation (shapes
 and dtypes only) for torch.compile, and takes its workspace from torch's allocator (the caching
 allocator on CUDA, a graph's private pool under torch.cuda.graph), on torch's current stream.
 
@@ -41,36 +44,63 @@ def _layer(handle):
         raise _C.Error(f"layer: no moekit layer has handle {handle} (freed, or never made)") from None
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch's current stream, as an int
+
+
 def _stream(t):
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    if not t.is_cuda:
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
 
 
 def _workspace(layer, hidden):
-    return torch.empty(layer.workspace_size(hidden.shape[0]), dtype=torch.uint8, device=hidden.device)
+    return hidden.new_empty(layer.workspace_size(hidden.shape[0]), dtype=torch.uint8)
 
 
-def _out_like(hidden):
+def out_like(hidden):
     return hidden.new_empty(hidden.shape)
 
 
-@torch.library.custom_op("moekit::fused", mutates_args=())
-def fused(layer: int, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-    m = _layer(layer)
-    out = _out_like(hidden)
+def traced(t):
+    """Whether t is being traced (torch.compile, fake or functional tensors): then the ops run."""
+    return type(t) is not torch.Tensor or torch.compiler.is_compiling()
+
+
+def fused_call(m, hidden, router_logits):
+    """The fused op's work on the _C.Layer m (eager, or under graph capture)."""
+    out = out_like(hidden)
     m.fused(hidden, router_logits, out, None, None, _workspace(m, hidden), _stream(hidden))
     return out
 
 
+def experts_call(m, hidden, topk_ids, topk_weights, out):
+    m.external(hidden, topk_ids, topk_weights, out, _workspace(m, hidden), _stream(hidden))
+    return out
+
+
+def masked_call(m, hidden, hidden_scale, counts, expected_rows):
+    out = _masked_out(hidden)
+    workspace = hidden.new_empty(m.masked_workspace_size(hidden.shape[1]), dtype=torch.uint8)
+    m.masked(hidden, hidden_scale, counts, out, expected_rows, workspace, _stream(hidden))
+    return out
+
+
+@torch.library.custom_op("moekit::fused", mutates_args=())
+def fused(layer: int, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+    return fused_call(_layer(layer), hidden, router_logits)
+
+
 @fused.register_fake
 def _(layer, hidden, router_logits):
-    return _out_like(hidden)
+    return out_like(hidden)
 
 
 @torch.library.custom_op("moekit::experts_out", mutates_args=("out",))
 def experts_out(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                 out: torch.Tensor) -> None:
-    m = _layer(layer)
-    m.external(hidden, topk_ids, topk_weights, out, _workspace(m, hidden), _stream(hidden))
+    experts_call(_layer(layer), hidden, topk_ids, topk_weights, out)
 
 
 @experts_out.register_fake
@@ -80,15 +110,12 @@ def _(layer, hidden, topk_ids, topk_weights, out):
 
 @torch.library.custom_op("moekit::experts", mutates_args=())
 def experts(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-    m = _layer(layer)
-    out = _out_like(hidden)
-    m.external(hidden, topk_ids, topk_weights, out, _workspace(m, hidden), _stream(hidden))
-    return out
+    return experts_call(_layer(layer), hidden, topk_ids, topk_weights, out_like(hidden))
 
 
 @experts.register_fake
 def _(layer, hidden, topk_ids, topk_weights):
-    return _out_like(hidden)
+    return out_like(hidden)
 
 
 def _masked_out(hidden):
@@ -98,11 +125,7 @@ def _masked_out(hidden):
 @torch.library.custom_op("moekit::masked", mutates_args=())
 def masked(layer: int, hidden: torch.Tensor, hidden_scale: torch.Tensor | None, counts: torch.Tensor,
            expected_rows: int) -> torch.Tensor:
-    m = _layer(layer)
-    out = _masked_out(hidden)
-    workspace = torch.empty(m.masked_workspace_size(hidden.shape[1]), dtype=torch.uint8, device=hidden.device)
-    m.masked(hidden, hidden_scale, counts, out, expected_rows, workspace, _stream(hidden))
-    return out
+    return masked_call(_layer(layer), hidden, hidden_scale, counts, expected_rows)
 
 
 @masked.register_fake
@@ -113,6 +136,10 @@ def _(layer, hidden, hidden_scale, counts, expected_rows):
 @torch.library.custom_op("moekit::route", mutates_args=())
 def route(router_logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, method: str, n_group: int,
           topk_group: int, routed_scaling_factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return route_call(router_logits, bias, top_k, method, n_group, topk_group, routed_scaling_factor)
+
+
+def route_call(router_logits, bias, top_k, method, n_group, topk_group, routed_scaling_factor):
     ids, weights = _route_outputs(router_logits, top_k)
     config = {"top_k": top_k, "routing": method, "n_group": n_group, "topk_group": topk_group,
               "routed_scaling_factor": routed_scaling_factor}

@@ -1,17 +1,16 @@
-// moekit._C: the thin binding under the Python package (python/moekit). Tensors arrive as
-// DLPack (torch tensors as they are, no copy) and become TensorViews; configs arrive as dicts
+// moekit._C: the thin binding under the Python package (python/moekit). Tensors become
+// TensorViews without a copy (torch tensors read through their attributes, anything else through
+// DLPack); configs arrive as dicts
 // of the spellings moekit uses everywhere; moekit::Error becomes moekit.Error (a ValueError).
 // The GIL is released while moekit works. Everything above this file is Python.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "io/checkpoint.h"
@@ -29,8 +28,6 @@ using namespace nb::literals;
 namespace moekit::python {
 namespace {
 
-using Array = nb::ndarray<nb::ro>;
-using OptionalArray = std::optional<nb::ndarray<>>;
 
 DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
   using Code = nb::dlpack::dtype_code;
@@ -71,7 +68,71 @@ TensorView view_of(const nb::ndarray<>& a, const char* name) {
   return v;
 }
 
-TensorView view_of(const OptionalArray& a, const char* name) { return a ? view_of(*a, name) : TensorView{}; }
+
+// torch tensors are read through their attributes (data_ptr, dtype, shape, stride, device): a
+// DLPack export costs a few µs per tensor, which a T = 1 call would feel; anything else with
+// __dlpack__ or the buffer protocol goes through DLPack.
+struct TorchTypes {
+  nb::handle tensor;  // torch.Tensor
+  std::pair<nb::handle, DType> dtypes[7];
+};
+
+// torch's types, once torch is imported (this module never imports it itself).
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;
+  if (types) return types;
+  nb::handle modules = PyImport_GetModuleDict();
+  if (!PyDict_GetItemString(modules.ptr(), "torch")) return nullptr;
+  nb::module_ torch = nb::module_::import_("torch");
+  auto* t = new TorchTypes;  // kept for the process, as the types it names are
+  t->tensor = torch.attr("Tensor").inc_ref();
+  const std::pair<const char*, DType> names[7] = {{"float32", DType::f32}, {"float16", DType::f16},
+                                                   {"bfloat16", DType::bf16}, {"float8_e4m3fn", DType::fp8_e4m3},
+                                                   {"int32", DType::i32}, {"int64", DType::i64},
+                                                   {"uint8", DType::u8}};
+  for (int i = 0; i < 7; ++i) t->dtypes[i] = {torch.attr(names[i].first).inc_ref(), names[i].second};
+  types = t;
+  return types;
+}
+
+// The tensor `obj` (a torch tensor, or anything DLPack takes) as a view; *device: its CUDA
+// device, -1 for the host.
+TensorView view_of(nb::handle obj, const char* name, int* device = nullptr) {
+  const TorchTypes* torch = torch_types();
+  if (!torch || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(torch->tensor.ptr()))) {
+    const auto a = nb::cast<nb::ndarray<>>(obj);
+    if (device) *device = device_index(a, name);
+    return view_of(a, name);
+  }
+  TensorView v;
+  const nb::object dtype = obj.attr("dtype");
+  bool known = false;
+  for (const auto& [type, d] : torch->dtypes)
+    if (dtype.is(type)) v.dtype = d, known = true;
+  if (!known)
+    throw Error(std::string(name) + ": expected a float32|float16|bfloat16|float8_e4m3fn|int32|int64|uint8 tensor, given " +
+                nb::cast<std::string>(nb::str(dtype)));
+  const nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
+  const nb::tuple strides = nb::cast<nb::tuple>(obj.attr("stride")());
+  require(shape.size() <= std::size_t(kMaxRank), std::string(name) + ": expected at most 4 dimensions, given " +
+                                                      std::to_string(shape.size()));
+  v.rank = int(shape.size());
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[std::size_t(d)] = nb::cast<std::int64_t>(shape[std::size_t(d)]);
+    v.strides[std::size_t(d)] = nb::cast<std::int64_t>(strides[std::size_t(d)]);
+  }
+  const bool cuda = nb::cast<bool>(obj.attr("is_cuda"));
+  if (!cuda && !nb::cast<bool>(obj.attr("is_cpu")))
+    throw Error(std::string(name) + ": expected a cpu or cuda tensor, given one on " +
+                nb::cast<std::string>(nb::str(obj.attr("device"))));
+  v.device = cuda ? Device::cuda : Device::cpu;
+  if (device) *device = cuda ? nb::cast<int>(obj.attr("get_device")()) : -1;
+  v.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj.attr("data_ptr")()));
+  return v;
+}
+
+// An optional tensor argument: None is an undefined view.
+TensorView optional_view(nb::handle obj, const char* name) { return obj.is_none() ? TensorView{} : view_of(obj, name); }
 
 // Makes `device` current for the scope (CUDA tensors run where they live, as torch's ops do).
 class DeviceScope {
@@ -184,7 +245,7 @@ nb::dict config_to(const MoEConfig& c) {
 
 // ---- the layer ---------------------------------------------------------------------------
 
-Workspace aligned(const nb::ndarray<>& a) {
+Workspace aligned(nb::handle a) {
   const TensorView v = view_of(a, "workspace");
   const auto p = reinterpret_cast<std::uintptr_t>(v.data);
   const std::uintptr_t q = (p + 255) / 256 * 256;
@@ -205,12 +266,11 @@ class PyLayer {
       require(ok, "weights: unknown tensor '" + k + "'");
     }
     auto tensor = [&](const char* name) {
-      return weights.contains(name) && !weights[name].is_none() ? view_of(nb::cast<nb::ndarray<>>(weights[name]), name)
-                                                                : TensorView{};
+      return weights.contains(name) ? optional_view(nb::object(weights[name]), name) : TensorView{};
     };
     Weights w{tensor("w13"), tensor("w2"), tensor("w13_scale"), tensor("w2_scale"), tensor("e_score_correction_bias"),
               tensor("w13_input_scale"), tensor("w2_input_scale")};
-    device_ = weights.contains("w13") ? device_index(nb::cast<nb::ndarray<>>(weights["w13"]), "w13") : -1;
+    if (weights.contains("w13")) view_of(nb::object(weights["w13"]), "w13", &device_);
     LayerOptions options;
     options.backend = backend;
     options.max_tokens = max_tokens;
@@ -223,19 +283,18 @@ class PyLayer {
 
   std::size_t workspace_size(std::int64_t tokens) const { return layer_->workspace_size(tokens) + 256; }
 
-  void fused(const nb::ndarray<>& hidden, const nb::ndarray<>& logits, const nb::ndarray<>& out,
-             const OptionalArray& ids, const OptionalArray& weights, const nb::ndarray<>& workspace,
-             std::uintptr_t stream) const {
+  void fused(nb::handle hidden, nb::handle logits, nb::handle out, nb::handle ids, nb::handle weights,
+             nb::handle workspace, std::uintptr_t stream) const {
     const FusedArgs args{view_of(hidden, "hidden"), view_of(logits, "router_logits"), view_of(out, "out"),
-                         view_of(ids, "topk_ids"), view_of(weights, "topk_weights")};
+                         optional_view(ids, "topk_ids"), optional_view(weights, "topk_weights")};
     const Workspace ws = aligned(workspace);
     nb::gil_scoped_release release;
     const DeviceScope scope(device_);
     layer_->forward(args, ws, as_stream(stream));
   }
 
-  void external(const nb::ndarray<>& hidden, const nb::ndarray<>& ids, const nb::ndarray<>& weights,
-                const nb::ndarray<>& out, const nb::ndarray<>& workspace, std::uintptr_t stream) const {
+  void external(nb::handle hidden, nb::handle ids, nb::handle weights, nb::handle out, nb::handle workspace,
+                std::uintptr_t stream) const {
     const ExternalArgs args{view_of(hidden, "hidden"), view_of(ids, "topk_ids"), view_of(weights, "topk_weights"),
                             view_of(out, "out")};
     const Workspace ws = aligned(workspace);
@@ -246,10 +305,9 @@ class PyLayer {
 
   std::size_t masked_workspace_size(std::int64_t capacity) const { return layer_->masked_workspace_size(capacity) + 256; }
 
-  void masked(const nb::ndarray<>& hidden, const OptionalArray& hidden_scale, const nb::ndarray<>& counts,
-              const nb::ndarray<>& out, std::int64_t expected_rows, const nb::ndarray<>& workspace,
-              std::uintptr_t stream) const {
-    MaskedArgs args{view_of(hidden, "hidden"), view_of(hidden_scale, "hidden_scale"), view_of(counts, "counts"),
+  void masked(nb::handle hidden, nb::handle hidden_scale, nb::handle counts, nb::handle out, std::int64_t expected_rows,
+              nb::handle workspace, std::uintptr_t stream) const {
+    MaskedArgs args{view_of(hidden, "hidden"), optional_view(hidden_scale, "hidden_scale"), view_of(counts, "counts"),
                     view_of(out, "out"), expected_rows};
     const Workspace ws = aligned(workspace);
     nb::gil_scoped_release release;
@@ -342,12 +400,12 @@ NB_MODULE(_C, m) {
 
   m.def(
       "route",
-      [](const nb::dict& config, const nb::ndarray<>& logits, const OptionalArray& bias, const nb::ndarray<>& ids,
-         const nb::ndarray<>& weights, std::uintptr_t stream) {
+      [](const nb::dict& config, nb::handle logits, nb::handle bias, nb::handle ids, nb::handle weights,
+         std::uintptr_t stream) {
         const RoutingConfig r = routing_from(config);
-        const RoutingInputs in{view_of(logits, "router_logits"), view_of(bias, "bias")};
+        int device = -1;
+        const RoutingInputs in{view_of(logits, "router_logits", &device), optional_view(bias, "bias")};
         const RoutingOutputs out{view_of(ids, "topk_ids"), view_of(weights, "topk_weights")};
-        const int device = device_index(logits, "router_logits");
         nb::gil_scoped_release release;
         const DeviceScope scope(device);
         route(r, in, out, as_stream(stream));
@@ -355,8 +413,7 @@ NB_MODULE(_C, m) {
       "config"_a, "router_logits"_a, "bias"_a.none(), "topk_ids"_a, "topk_weights"_a, "stream"_a);
   m.def(
       "quantize_weights",
-      [](const std::string& quant, const std::string& scale_format, const nb::ndarray<>& w, const nb::ndarray<>& q,
-         const nb::ndarray<>& scales) {
+      [](const std::string& quant, const std::string& scale_format, nb::handle w, nb::handle q, nb::handle scales) {
         require(scale_format == "f32" || scale_format == "ue8m0",
                 "scale_format: expected f32|ue8m0, given '" + scale_format + "'");
         const QuantScheme scheme = parse_quant_scheme(quant);

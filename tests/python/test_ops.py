@@ -28,6 +28,28 @@ def test_opcheck(device, rng):
     torch.library.opcheck(torch.ops.moekit.route.default, (logits, None, 2, "softmax_topk_renorm", 1, 1, 1.0))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_calls_match_the_ops(device, rng):
+    """MoELayer and moekit.route call the layer directly when nothing traces them: the same bits as
+    the ops torch.compile runs, for every entry point, with caller outputs poisoned first."""
+    layer, hidden, logits = make(device, rng)
+    ids, weights = moekit.route(logits, top_k=2)
+    op_ids, op_weights = torch.ops.moekit.route(logits, None, 2, "softmax_topk_renorm", 1, 1, 1.0)
+    assert torch.equal(ids, op_ids) and torch.equal(weights, op_weights)
+    assert torch.equal(layer(hidden, router_logits=logits), torch.ops.moekit.fused(layer._handle, hidden, logits))
+    expected = torch.ops.moekit.experts(layer._handle, hidden, ids, weights)
+    assert torch.equal(layer(hidden, topk_ids=ids, topk_weights=weights), expected)
+    out = torch.full_like(hidden, float("nan"))
+    assert layer(hidden, topk_ids=ids, topk_weights=weights, out=out) is out
+    assert torch.equal(out, expected)
+    # A tensor of another library (numpy, through DLPack) is taken too where torch's are.
+    if device == "cpu":
+        np_out = torch.full_like(hidden, float("nan"))
+        layer._layer.external(hidden, ids.numpy(), weights.numpy(), np_out,
+                              torch.empty(layer._layer.workspace_size(hidden.shape[0]), dtype=torch.uint8), 0)
+        assert torch.equal(np_out, expected)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph(device, backend, rng):

@@ -35,8 +35,7 @@ void launch_groups(const ActParams& kp, cudaStream_t stream) {
 
 template <Activation kAct>
 void launch_rows(const ActParams& kp, std::size_t shared, cudaStream_t stream) {
-  if (shared > 48 * 1024)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(activate_rows<kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  if (shared > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(&activate_rows<kAct>), int(shared));
   activate_rows<kAct><<<grid_size(kp.max_rows, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("activate_rows");
 }

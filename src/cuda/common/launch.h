@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/common/check.h"
 #include "moekit/backend.h"
@@ -26,6 +29,21 @@ inline int multiprocessor_count() {
     cached[device].store(count);
   }
   return cached[device].load();
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device: the attribute is
+// set once per kernel, device and size (it belongs to the device; setting it at every launch
+// cost host time on each of them).
+inline void allow_dynamic_shared(const void* kernel, int bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> bytes set
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  int& given = allowed[{kernel, device}];
+  if (given >= bytes) return;
+  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  given = bytes;
 }
 
 inline unsigned grid_size(std::int64_t work, std::int64_t per_block, std::int64_t cap = 1 << 30) {

@@ -133,11 +133,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   using S = Shape<kN>;
   TileLaunch l = tile_launch(desc, args, kN);
   if (l.blocks == 0) return;
-  int device = 0, sms = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * sms));
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_decode<kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN>), S::kSmemBytes);
   fp8_decode<kN><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }

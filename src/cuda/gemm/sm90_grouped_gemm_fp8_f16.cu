@@ -254,9 +254,7 @@ template <bool kChannel, int kRows>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   const TileLaunch l = tile_launch(desc, args, kRows);
   if (l.blocks == 0) return;
-  // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_f16<kChannel, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Shape<kRows>::kSmemBytes));
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_f16<kChannel, kRows>), Shape<kRows>::kSmemBytes);
   fp8_f16<kChannel, kRows><<<l.blocks, kThreads, Shape<kRows>::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_f16");
 }

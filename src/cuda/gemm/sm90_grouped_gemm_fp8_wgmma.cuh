@@ -264,9 +264,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   using S = Shape<kRows, kSumK>;
   const TileLaunch l = tile_launch(desc, args, kRows);
   if (l.blocks == 0) return;
-  // Every call, as the attribute belongs to the current device (CUTLASS's adapter does the same).
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma<kChannel, kRows, kSumK>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_wgmma<kChannel, kRows, kSumK>), S::kSmemBytes);
   fp8_wgmma<kChannel, kRows, kSumK><<<l.blocks, S::kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_wgmma");
 }

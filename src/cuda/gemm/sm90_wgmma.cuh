@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/common/check.h"
+#include "cuda/common/launch.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "moekit/quant.h"
 

@@ -12,6 +12,8 @@
 // The contiguous format's path (this, or min_latency.h's) and GEMM tiles at T are a tactic
 // (tactic.h): the tuning cache's for T's bucket when it has one that can run, else the heuristic's.
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/stages.h"
 #include "cuda/activation/activate.h"
@@ -90,48 +92,28 @@ class Experts final : public core::ExpertsStage {
 
   std::int64_t max_rows(const core::StageProblem& p) const override { return rows_format().max_rows(p.tokens * p.config.top_k()); }
 
-  // The path and the GEMM tiles at T: tuned (the cache) or the heuristic's (tactic.h).
-  Tactic tactic(const core::StageProblem& p) const {
-    return tactics_.choose({config_, p.tokens, max_rows(p), p.group != nullptr}).tactic;
-  }
-  bool whole_layer(const core::StageProblem& p) const override { return tactic(p).path == TacticPath::min_latency; }
+  bool whole_layer(const core::StageProblem& p) const override { return plan(p).tactic.path == TacticPath::min_latency; }
 
-  Status can_implement(const core::StageProblem& p) const override {
-    if (config_.experts_path == ExpertsPath::min_latency) {
-      if (p.group != nullptr) return Status::no("min-latency path: not inside the expert-parallel pipeline");
-      return min_latency::can_implement(min_latency_problem(p));
-    }
-    const Tactic t = tactic(p);
-    if (t.path == TacticPath::min_latency) return min_latency::can_implement(min_latency_problem(p));
-    const auto [g1, g2] = gemms(p, t);
-    for (const auto& [desc, config] : {g1, g2}) {
-      Status s = cuda::can_implement(desc, config);
-      if (!s) return Status::no("grouped GEMM " + desc.to_string() + ": " + s.reason());
-    }
-    Status s = permute::can_implement(plan_problem(p));
-    if (!s) return s;
-    s = permute::can_implement(gather_problem(p));
-    if (!s) return s;
-    return activation::can_implement(activation_problem(p));
-  }
+  Status can_implement(const core::StageProblem& p) const override { return plan(p).status; }
 
   std::size_t workspace_size(const core::StageProblem& p) const override {
-    const Tactic t = tactic(p);
-    if (t.path == TacticPath::min_latency) return min_latency::workspace_size(min_latency_problem(p));
+    const Plan m = plan(p);
+    if (m.tactic.path == TacticPath::min_latency) return min_latency::workspace_size(min_latency_problem(p));
     core::Carver c(nullptr);
-    carve(c, p, t);
+    carve(c, p, m);
     return c.used();
   }
 
   void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
-    const Tactic t = tactic(p);
-    if (t.path == TacticPath::min_latency) {
+    const Plan m = plan(p);
+    if (m.tactic.path == TacticPath::min_latency) {
       require(args.hidden.defined() && args.out.defined(), "min-latency path: the layer's input and output are required");
       run_min_latency(p, args, ws, stream);
       return;
     }
+    const Tactic& t = m.tactic;
     core::Carver c(ws.data);
-    const Buffers b = carve(c, p, t);
+    const Buffers b = carve(c, p, m);
     const QuantScheme scheme = config_.quant.scheme;
     const bool channel = scheme == QuantScheme::fp8_rowwise || scheme == QuantScheme::fp8_tensor;
     const int rows = int(max_rows(p));
@@ -284,6 +266,61 @@ class Experts final : public core::ExpertsStage {
   }
 
  private:
+  // What a call of T tokens needs on the host: the tactic, whether it can run, and the staged
+  // path's workspaces. Worked out once per T (and EP or not), then looked up: decode repeats the
+  // same T call after call, and each choice builds its reasons and asks the GEMMs.
+  struct Plan {
+    Tactic tactic;
+    Status status = Status::ok();
+    std::size_t plan_ws = 0, gather_ws = 0, act_ws = 0, gemm1_ws = 0, gemm2_ws = 0;  // when status
+  };
+  static constexpr std::size_t kPlansKept = 4096;  // past this many distinct T the table starts again
+
+  Plan plan(const core::StageProblem& p) const {
+    const std::int64_t key = 2 * p.tokens + (p.group != nullptr ? 1 : 0);
+    {
+      const std::lock_guard<std::mutex> lock(plans_mutex_);
+      if (const auto it = plans_.find(key); it != plans_.end()) return it->second;
+    }
+    const Plan made = make_plan(p);
+    const std::lock_guard<std::mutex> lock(plans_mutex_);
+    if (plans_.size() >= kPlansKept) plans_.clear();
+    plans_.emplace(key, made);
+    return made;
+  }
+
+  Plan make_plan(const core::StageProblem& p) const {
+    Plan m;
+    m.tactic = tactics_.choose({config_, p.tokens, max_rows(p), p.group != nullptr}).tactic;
+    m.status = check(p, m.tactic);
+    if (!m.status || m.tactic.path == TacticPath::min_latency) return m;
+    const auto [g1, g2] = gemms(p, m.tactic);
+    m.plan_ws = permute::workspace_size(plan_problem(p));
+    m.gather_ws = permute::workspace_size(gather_problem(p));
+    m.act_ws = activation::workspace_size(activation_problem(p));
+    m.gemm1_ws = cuda::workspace_size(g1.first, g1.second);
+    m.gemm2_ws = cuda::workspace_size(g2.first, g2.second);
+    return m;
+  }
+
+  Status check(const core::StageProblem& p, const Tactic& t) const {
+    if (config_.experts_path == ExpertsPath::min_latency) {
+      if (p.group != nullptr) return Status::no("min-latency path: not inside the expert-parallel pipeline");
+      return min_latency::can_implement(min_latency_problem(p));
+    }
+    if (t.path == TacticPath::min_latency) return min_latency::can_implement(min_latency_problem(p));
+    const auto [g1, g2] = gemms(p, t);
+    for (const auto& [desc, config] : {g1, g2}) {
+      Status s = cuda::can_implement(desc, config);
+      if (!s) return Status::no("grouped GEMM " + desc.to_string() + ": " + s.reason());
+    }
+    Status s = permute::can_implement(plan_problem(p));
+    if (!s) return s;
+    s = permute::can_implement(gather_problem(p));
+    if (!s) return s;
+    return activation::can_implement(activation_problem(p));
+  }
+
   min_latency::Problem min_latency_problem(const core::StageProblem& p) const {
     min_latency::Problem m;
     m.config = config_;
@@ -412,7 +449,8 @@ class Experts final : public core::ExpertsStage {
     MOEKIT_CUDA_CHECK_LAUNCH("expand_scales");
   }
 
-  Buffers carve(core::Carver& c, const core::StageProblem& p, const Tactic& t) const {
+  Buffers carve(core::Carver& c, const core::StageProblem& p, const Plan& m) const {
+    require(m.status.is_ok(), "backend cuda: " + m.status.reason());
     const std::int64_t rows = max_rows(p), el = config_.local_experts();
     const std::int64_t h = config_.hidden_size, w = config_.gemm1_width(), inter = config_.intermediate_size;
     const QuantScheme scheme = config_.quant.scheme;
@@ -433,18 +471,19 @@ class Experts final : public core::ExpertsStage {
     b.q2 = c.take(std::size_t(rows * inter) * act_bytes);
     b.s2 = floats((rows + slack) * ceil_div(inter, kBlock));
     b.s2_gemm = floats((rows + slack) * ceil_div(inter, kBlock));
-    const auto [g1, g2] = gemms(p, t);
-    b.plan_ws = workspace(permute::workspace_size(plan_problem(p)));
-    b.gather_ws = workspace(permute::workspace_size(gather_problem(p)));
-    b.act_ws = workspace(activation::workspace_size(activation_problem(p)));
-    b.gemm1_ws = workspace(cuda::workspace_size(g1.first, g1.second));
-    b.gemm2_ws = workspace(cuda::workspace_size(g2.first, g2.second));
+    b.plan_ws = workspace(m.plan_ws);
+    b.gather_ws = workspace(m.gather_ws);
+    b.act_ws = workspace(m.act_ws);
+    b.gemm1_ws = workspace(m.gemm1_ws);
+    b.gemm2_ws = workspace(m.gemm2_ws);
     return b;
   }
 
   MoEConfig config_;
   const DeviceWeights& weights_;
   TacticChooser tactics_;
+  mutable std::mutex plans_mutex_;
+  mutable std::unordered_map<std::int64_t, Plan> plans_;  // plan()'s, by 2 T + (EP)
 };
 
 }  // namespace

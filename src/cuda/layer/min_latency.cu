@@ -66,8 +66,7 @@ std::size_t gemm2_shared(const Problem& p) {
 template <typename... Params, typename... Values>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
                       Values... values) {
-  if (shared > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  if (shared > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared));
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -166,8 +166,7 @@ OneBlockTiling one_block_tiling(const PlanProblem& p) {
 
 template <typename Kernel>
 void allow_shared(Kernel kernel, std::size_t bytes) {
-  if (bytes > kDefaultShared)
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  if (bytes > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(bytes));
 }
 
 }  // namespace

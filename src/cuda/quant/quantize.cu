@@ -54,8 +54,7 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
     case QuantScheme::fp8_rowwise: {
       const std::size_t shared = std::size_t(p.hidden) * sizeof(float);
       auto kernel = quantize_rows<kOnInput, kVector>;
-      if (shared > 48 * 1024)
-        MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+      if (shared > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared));
       kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
       break;
     }
