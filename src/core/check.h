@@ -24,15 +24,37 @@ inline constexpr double kIdealRatio = 1.02;    // FP8: ‖out − ideal‖ / ‖
 inline constexpr double kRowTolerance = 0.1;   // every token row against its reference row
 inline constexpr double kRowNormFloor = 1e-3;  // of the mean row norm: the least denominator of a row
 
-// fp8-tensor with a dynamic activation scale, on a device: one scale, made from the largest
-// activation of the whole batch, quantizes every intermediate value. When the device's and the
-// CPU's GEMM1 round that one largest value to different bf16 neighbours (1 in ~100 runs of small
-// layers, from the tensor core's reduced-precision sums), every value is divided by a scale 2^-8
-// off and a few % of the FP8 codes move one step: 2e-2 measured on the H200 against the pipeline
-// reference. Such an output is as good a quantization as the reference's, so the GPU tests and
-// `moekit fuzz` hold its global figure to this bound instead, and its other rules (the ideal
-// ratio among them) stand; static scales and every other scheme meet the whole rule.
-inline constexpr double kDynamicTensorTolerance = 3e-2;
+// DESIGN §8's bounds hold an output's norms, which average over the FP8 codes requantized between
+// the GEMMs: a device's GEMM1 sums differ from the CPU's in their last bits, and a few of those
+// codes then land one step (1/16 to 1/8 of the value) away from the reference's. Over a layer's
+// hundreds of thousands of codes the flips average out; over a small problem's few hundred, or
+// through one scale made from one largest value, a handful of flips makes the figure. The GPU
+// tests and `moekit fuzz` (which draws problems down to 16 x 16 experts) give the check what it
+// needs to allow for that (CheckSampling); `moekit run --check` applies the rule as written.
+//
+// Dynamic activation scales over a whole tensor (fp8-tensor without static scales) or a row
+// (fp8-rowwise): when the device's and the CPU's GEMM1 round the one largest value to different
+// bf16 neighbours, every value under that scale is divided by a scale 2^-8 off and a few % of its
+// codes move a step: up to 2.6e-2 in 1,500 H200 campaign cases against the pipeline reference. Such an
+// output is as good a quantization as the reference's; its global figure is held to this bound.
+inline constexpr double kDynamicScaleTolerance = 4e-2;
+// The least relative step of an e4m3 code (3 mantissa bits); where the scheme itself errs much
+// (q), codes are coarser: a step is taken as max(1/8, 2 q).
+inline constexpr double kFp8Step = 0.125;
+// Standard deviations of the number of flipped codes above its mean that a bound allows.
+inline constexpr double kFlipDeviations = 8.0;
+
+// What the output's figures average over (CheckArgs::sampling); zeros: DESIGN §8's rule as written.
+struct CheckSampling {
+  double codes = 0;      // FP8 values requantized between the GEMMs: computed slots x I
+  double row_codes = 0;  // those one token's row depends on: k x I
+  bool dynamic_scale = false;  // one amax scales a whole tensor or row (kDynamicScaleTolerance)
+};
+
+// How much a bound B on a relative error over `codes` values widens when that many codes, each
+// flipped by a step `step` with a Poisson count, may lie kFlipDeviations above the m = codes (B /
+// step)^2 flips that B stands for: sqrt(1 + z / sqrt(m) + z^2 / m). 1 for a layer's sizes.
+double flip_allowance(double bound, double codes, double step);
 
 // The rules, in the order the check line names them.
 enum class CheckRule : std::uint8_t { finite, global, ideal, row };
@@ -51,6 +73,7 @@ struct CheckArgs {
   TensorView reference;           // [T, H] bf16, host: the pipeline reference
   std::span<const double> ideal;  // [T * H]: the ideal reference; empty: its rule is skipped
   QuantConfig quant;              // picks the bounds
+  CheckSampling sampling = {};    // FP8: widens the bounds for small problems and dynamic scales
 };
 
 struct CheckResult {
@@ -58,6 +81,8 @@ struct CheckResult {
   // Against the pipeline reference, over the whole output.
   double rel_err = 0.0;    // ‖out − ref‖ / ‖ref‖
   double tolerance = 0.0;  // its bound
+  double ideal_bound = kIdealRatio, row_bound = kRowTolerance;  // the other rules' bounds
+  bool widened = false;    // CheckSampling widened a bound
   double max_abs_err = 0.0, max_abs_ref = 0.0;
   // Against the ideal reference, when given.
   bool has_ideal = false;

@@ -183,6 +183,63 @@ INSTANTIATE_TEST_SUITE_P(, CoreCheck, ::testing::ValuesIn(kCases),
                            return name;
                          });
 
+TEST(CoreCheckSampling, TheAllowanceShrinksToOneAsTheCodesGrow) {
+  EXPECT_DOUBLE_EQ(core::flip_allowance(5e-3, 0, 0.125), 1.0);  // no sampling given: the rule as written
+  double previous = INFINITY;
+  for (const double codes : {256.0, 4096.0, 65536.0, 1048576.0, 67108864.0}) {
+    const double f = core::flip_allowance(5e-3, codes, 0.125);
+    EXPECT_GT(f, 1.0);
+    EXPECT_LT(f, previous) << codes;
+    previous = f;
+  }
+  EXPECT_LT(previous, 1.05);  // a prefill layer's codes: DESIGN §8's bound within 5%
+}
+
+TEST(CoreCheckSampling, SmallProblemsWidenTheBoundsAndAWrongRowStillFails) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // 8e-3 from the reference under exact (bound 5e-3): fails as written, passes over 768 codes
+  // (3 tokens x 2 slots x I = 128), fails again over a layer's 2^26.
+  const CheckCase c{"exact_8e-3", kExact, 8e-3, 4e-2};
+  const CheckData d = make_data(c, seed);
+  const core::CheckArgs plain{d.out.view(), d.ref.view(), d.ideal, c.quant};
+  EXPECT_EQ(core::check_output(plain).failed, std::vector<CheckRule>{CheckRule::global});
+  core::CheckArgs small = plain;
+  small.sampling = {768, 256, false};
+  const CheckResult r = core::check_output(small);
+  EXPECT_TRUE(r.pass()) << r.to_string();
+  EXPECT_GT(r.tolerance, 8e-3);
+  EXPECT_GT(r.ideal_bound, core::kIdealRatio);
+  EXPECT_NE(r.figures().find("(bounds widened for the codes sampled)"), std::string::npos) << r.figures();
+  core::CheckArgs large = plain;
+  large.sampling = {67108864.0, 16384, false};
+  EXPECT_EQ(core::check_output(large).failed, std::vector<CheckRule>{CheckRule::global});
+  // A row that is all wrong (relative error 1) fails however few codes it sampled.
+  const CheckCase row{"exact_row_off_1", kExact, 0.0, 4e-2, -0.5, Edit::bad_row, 1.0};
+  const CheckData w = make_data(row, seed);
+  core::CheckArgs bad{w.out.view(), w.ref.view(), w.ideal, row.quant};
+  bad.sampling = {768, 256, true};
+  const CheckResult b = core::check_output(bad);
+  EXPECT_FALSE(b.passed(CheckRule::row)) << b.to_string();
+  EXPECT_LT(b.row_bound, 0.5);
+}
+
+TEST(CoreCheckSampling, DynamicScalesHoldTheGlobalFigureToTheirBound) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const double err : {2.5e-2, 6e-2}) {
+    const CheckCase c{"fast", kFast, err, 0.2};
+    const CheckData d = make_data(c, seed);
+    core::CheckArgs a{d.out.view(), d.ref.view(), d.ideal, c.quant};
+    a.sampling = {1e9, 4096, true};  // so many codes that only the dynamic scale's bound widens it
+    const CheckResult r = core::check_output(a);
+    const double base = std::max(1e-2, 0.15 * r.q), step = std::max(core::kFp8Step, 2 * r.q);
+    EXPECT_DOUBLE_EQ(r.tolerance, std::max(core::kDynamicScaleTolerance, base * core::flip_allowance(base, 1e9, step)))
+        << r.to_string();
+    EXPECT_EQ(r.passed(CheckRule::global), err < core::kDynamicScaleTolerance) << r.to_string();
+  }
+}
+
 TEST(CoreCheckEdges, AnEmptyBatchPassesWithNoWorstRow) {
   const Tensor none(DType::bf16, {0, kHidden});
   const CheckResult r = core::check_output({none.view(), none.view(), {}, kFast});

@@ -48,7 +48,7 @@ inline core::CheckResult design_check(const Tensor& out, const References& refs,
 }
 
 // DESIGN §8's rule, but for fp8-tensor with a dynamic scale: its global figure within
-// core::kDynamicTensorTolerance (core/check.h says why), its other rules whole.
+// core::kDynamicScaleTolerance (core/check.h says why), its other rules whole.
 inline void expect_meets_the_check(const core::CheckResult& r, const LayerCase& c) {
   if (c.scheme != QuantScheme::fp8_tensor || c.static_scales) {
     EXPECT_TRUE(r.pass()) << case_name(c) << ": " << r.to_string();
@@ -56,7 +56,7 @@ inline void expect_meets_the_check(const core::CheckResult& r, const LayerCase& 
   }
   for (const core::CheckRule rule : {core::CheckRule::finite, core::CheckRule::ideal, core::CheckRule::row})
     EXPECT_TRUE(r.passed(rule)) << case_name(c) << ": " << core::to_string(rule) << " failed: " << r.to_string();
-  EXPECT_LE(r.rel_err, core::kDynamicTensorTolerance) << case_name(c) << ": " << r.to_string();
+  EXPECT_LE(r.rel_err, core::kDynamicScaleTolerance) << case_name(c) << ": " << r.to_string();
 }
 
 }  // namespace moekit::test

@@ -9,12 +9,18 @@ import reference as ref
 from conftest import DEVICES, random_layer, to
 
 # CPU: the same quantization points as the reference, only the f32 sums' order differs (a GEMM
-# output a bf16 ulp apart can move an FP8 code one step). GPU: DESIGN §8's fast accumulation.
-TOLERANCE = {"cpu": {"bf16": 5e-3, "fp8": 1e-2}, "cuda": {"bf16": 5e-3, "fp8": 2e-2}}
+# output a bf16 ulp apart can move an FP8 code one step). GPU: DESIGN §8's fast accumulation; a
+# dynamic scale over the whole tensor or a row moves with its one largest value, and a bf16 ulp
+# there moves a few % of the codes under it (core::kDynamicScaleTolerance, src/core/check.h).
+TOLERANCE = {"cpu": {"bf16": 5e-3, "fp8": 1e-2}, "cuda": {"bf16": 5e-3, "fp8": 2e-2, "dynamic": 4e-2}}
 
 
 def tolerance(device, quant):
-    return TOLERANCE[device]["bf16" if quant == "bf16" else "fp8"]
+    if quant == "bf16":
+        return TOLERANCE[device]["bf16"]
+    if device == "cuda" and quant in ("fp8-tensor", "fp8-rowwise"):
+        return TOLERANCE[device]["dynamic"]
+    return TOLERANCE[device]["fp8"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
