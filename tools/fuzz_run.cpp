@@ -13,6 +13,9 @@
 namespace moekit::cli::fuzz {
 namespace {
 
+// References with device-like GEMM1 flips drawn per FP8 case on a device (core/check.h).
+constexpr std::uint64_t kSensitivityDraws = 3;
+
 // NaN for every float dtype and -1 for ids: an element nothing wrote cannot pass.
 Tensor poisoned(DType dtype, std::vector<std::int64_t> shape) {
   Tensor t(dtype, std::move(shape));
@@ -168,6 +171,18 @@ void run_valid(const Case& c, const Target& target, Outcome& o) {
     sampling.row_codes = double(m.top_k()) * double(m.intermediate_size);
     sampling.dynamic_scale = (m.quant.scheme == QuantScheme::fp8_tensor && !c.static_scales) ||
                              m.quant.scheme == QuantScheme::fp8_rowwise;
+    // The problem's sensitivity: three references whose GEMM1 outputs a device-like 1/32 moved.
+    if (m.quant.scheme != QuantScheme::bf16)
+      for (std::uint64_t draw = 1; draw <= kSensitivityDraws; ++draw) {
+        cpu::ReferenceInputs moved = in;
+        moved.gemm1_flips = core::kGemm1Flips;
+        moved.flip_seed = c.seed + draw;
+        Tensor shifted(DType::bf16, {c.tokens, m.hidden_size});
+        cpu::pipeline_reference(moved, shifted.view());
+        const core::CheckResult s = core::check_output({shifted.view(), ref.view(), {}, m.quant});
+        sampling.sensitivity = std::max(sampling.sensitivity, s.rel_err);
+        sampling.row_sensitivity = std::max(sampling.row_sensitivity, s.worst_row);
+      }
   }
   const core::CheckResult r = core::check_output({f.out.view(), ref.view(), ideal, c.config.quant, sampling});
   o.details = r.figures();

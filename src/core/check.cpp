@@ -144,12 +144,15 @@ CheckResult check_output(const CheckArgs& a) {
   }
   r.tolerance = global_tolerance(a.quant, r.has_ideal ? std::optional<double>(r.q) : std::nullopt);
   const CheckSampling& sampled = a.sampling;
-  if (a.quant.scheme != QuantScheme::bf16 && (sampled.codes > 0 || sampled.dynamic_scale)) {
+  if (a.quant.scheme != QuantScheme::bf16 &&
+      (sampled.codes > 0 || sampled.dynamic_scale || sampled.sensitivity > 0 || sampled.row_sensitivity > 0)) {
     const double step = std::max(kFp8Step, 2.0 * (std::isfinite(r.q) ? r.q : 0.0));
     const double base = r.tolerance;
     r.tolerance = base * flip_allowance(base, sampled.codes, step);
     if (sampled.dynamic_scale) r.tolerance = std::max(r.tolerance, kDynamicScaleTolerance);
-    r.row_bound = kRowTolerance * flip_allowance(kRowTolerance, sampled.row_codes, step);
+    r.tolerance = std::max(r.tolerance, kSensitivityFactor * sampled.sensitivity);
+    r.row_bound = std::max(kRowTolerance * flip_allowance(kRowTolerance, sampled.row_codes, step),
+                           kSensitivityFactor * sampled.row_sensitivity);
     // The flips are noise on top of the scheme's own error, uncorrelated with it: what the
     // global bound gained may add in quadrature to q.
     if (r.q > 0) r.ideal_bound = kIdealRatio * std::sqrt(1.0 + (r.tolerance * r.tolerance - base * base) / (r.q * r.q));

@@ -44,11 +44,21 @@ inline constexpr double kFp8Step = 0.125;
 // Standard deviations of the number of flipped codes above its mean that a bound allows.
 inline constexpr double kFlipDeviations = 8.0;
 
+// The problem's own sensitivity, measured: the pipeline reference again with each GEMM1 output
+// moved one bf16 step with this probability (cpu::ReferenceInputs::gemm1_flips). A device's FP8
+// tensor-core sums lie ~2^-13 of the value from the CPU's f32 ones, and a bf16 output (steps of
+// 2^-8) then rounds to the other neighbour about once in 2^5. The device may differ from the
+// reference by kSensitivityFactor times what those flips alone move it.
+inline constexpr double kGemm1Flips = 1.0 / 32.0;
+inline constexpr double kSensitivityFactor = 3.0;
+
 // What the output's figures average over (CheckArgs::sampling); zeros: DESIGN §8's rule as written.
 struct CheckSampling {
   double codes = 0;      // FP8 values requantized between the GEMMs: computed slots x I
   double row_codes = 0;  // those one token's row depends on: k x I
   bool dynamic_scale = false;  // one amax scales a whole tensor or row (kDynamicScaleTolerance)
+  // The largest ‖ref' − ref‖ / ‖ref‖ and worst row of a few references ref' with kGemm1Flips.
+  double sensitivity = 0, row_sensitivity = 0;
 };
 
 // How much a bound B on a relative error over `codes` values widens when that many codes, each

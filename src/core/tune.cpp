@@ -11,7 +11,11 @@ double rounded(double us) { return std::round(us * 100) / 100; }
 
 io::TuningEntry entry_of(const TunePlan& plan, std::int64_t tokens, std::vector<io::TunedTime> times) {
   // Stable: on equal times the earlier candidate (the heuristic's first) stays ahead.
+  const std::string heuristic = times.empty() ? std::string() : times.front().tactic;
   std::stable_sort(times.begin(), times.end(), [](const io::TunedTime& a, const io::TunedTime& b) { return a.us < b.us; });
+  // The heuristic's tactic stays the winner unless another beats it by more than kTunedGain.
+  const auto h = std::find_if(times.begin(), times.end(), [&](const io::TunedTime& t) { return t.tactic == heuristic; });
+  if (h != times.end() && h->us <= times.front().us * (1.0 + kTunedGain)) std::rotate(times.begin(), h, h + 1);
   io::TuningEntry e;
   e.device = plan.device;
   e.problem = plan.problem;

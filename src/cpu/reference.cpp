@@ -1,7 +1,9 @@
 #include "cpu/reference.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "core/parallel.h"
 #include "core/rows.h"
@@ -65,6 +67,30 @@ double activation64(const MoEConfig& c, double gate, double up) {
   return 0.0;
 }
 
+// Moves v one bf16 step away from zero (up) or towards it; zero and non-finite values stay.
+bf16 bf16_step(bf16 v, bool up) {
+  const float f = bf16_to_float(v);
+  if (f == 0.0f || !std::isfinite(f)) return v;
+  const std::uint16_t bits = std::bit_cast<std::uint16_t>(v);
+  const std::uint16_t moved = up ? std::uint16_t(bits + 1) : std::uint16_t(bits - 1);
+  return std::isfinite(bf16_to_float(std::bit_cast<bf16>(moved))) ? std::bit_cast<bf16>(moved) : v;
+}
+
+// splitmix64 of (seed, pair, column): one draw per GEMM1 output, the same on every platform.
+std::uint64_t flip_draw(std::uint64_t seed, std::int64_t pair, std::int64_t column) {
+  std::uint64_t z = seed ^ (std::uint64_t(pair) * 0x9E3779B97F4A7C15ull) ^ (std::uint64_t(column) * 0xBF58476D1CE4E5B9ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void flip_outputs(const ReferenceInputs& in, std::int64_t pair, bf16* g, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint64_t d = flip_draw(in.flip_seed, pair, i);
+    if (double(d >> 11) * 0x1p-53 < in.gemm1_flips) g[i] = bf16_step(g[i], (d & 1) != 0);  // the top 53 bits: U[0, 1)
+  }
+}
+
 }  // namespace
 
 ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::function<float(float)>& reduce_amax) {
@@ -93,6 +119,7 @@ ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::functio
       const Pair& pr = pairs[std::size_t(p)];
       const ExpertMatrix w = expert_matrix(in.weights.w13, in.weights.w13_scale, scheme, pr.expert);
       gemm_row(scheme, activation_row(a1, scheme, pr.token), w, 0, w.n, g.data());
+      if (in.gemm1_flips > 0.0) flip_outputs(in, p, g.data(), w.n);
       activate_row(act_params, g.data(), act.data() + p * inter);
     }
   });

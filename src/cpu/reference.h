@@ -23,6 +23,12 @@ struct ReferenceInputs {
   TensorView hidden;        // [T, H] bf16
   TensorView topk_ids;      // [T, k] i32
   TensorView topk_weights;  // [T, k] f32
+  // The sensitivity of the pipeline reference (the check's CheckSampling): each GEMM1 output
+  // moves one bf16 step up or down with this probability (0: never), drawn from `flip_seed`, as a
+  // device's GEMM1 sums, a few last bits away from the CPU's, round some outputs to the other
+  // bf16 neighbour; everything after follows (requantization, dynamic scales).
+  double gemm1_flips = 0.0;
+  std::uint64_t flip_seed = 0;
 };
 
 // out [T, H] bf16; rows of tokens with no local expert are zero.

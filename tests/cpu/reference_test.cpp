@@ -63,5 +63,47 @@ std::vector<LayerCase> reference_cases() {
 INSTANTIATE_TEST_SUITE_P(, CpuReferenceIdeal, ::testing::ValuesIn(reference_cases()),
                          [](const auto& info) { return case_name(info.param); });
 
+// The sensitivity references of the check (core::kGemm1Flips): no flips, the reference's bits;
+// flips, another output a little away from it, the same bits again for the same seed.
+class CpuReferenceFlips : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(CpuReferenceFlips, MoveTheOutputALittleAndRepeat) {
+  const LayerCase c = GetParam();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig config = config_of(c);
+  const TestLayer tl = make_test_layer(c, seed);
+  const Inputs in = make_inputs(c, tl, seed);
+  cpu::ReferenceInputs ri{config, tl.weights(), in.hidden.view(), in.routing.ids.view(), in.routing.weights.view()};
+  auto run = [&](double flips, std::uint64_t flip_seed) {
+    ri.gemm1_flips = flips;
+    ri.flip_seed = flip_seed;
+    Tensor out(DType::bf16, {in.hidden.size(0), config.hidden_size});
+    cpu::pipeline_reference(ri, out.view());
+    return out;
+  };
+  const Tensor plain = run(0.0, 0), none = run(0.0, 5), moved = run(1.0 / 32, 5), again = run(1.0 / 32, 5);
+  const Tensor other = run(1.0 / 32, 6);
+  auto differing = [&](const Tensor& a, const Tensor& b) {
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < a.numel(); ++i) n += a.ptr<std::uint16_t>()[i] != b.ptr<std::uint16_t>()[i];
+    return n;
+  };
+  EXPECT_EQ(differing(plain, none), 0);
+  EXPECT_EQ(differing(moved, again), 0);
+  EXPECT_GT(differing(plain, moved), 0);
+  EXPECT_GT(differing(moved, other), 0);
+  double err2 = 0.0, ref2 = 0.0;
+  for (std::int64_t i = 0; i < plain.numel(); ++i) {
+    const double p = bf16_to_float(plain.ptr<bf16>()[i]), m = bf16_to_float(moved.ptr<bf16>()[i]);
+    err2 += (m - p) * (m - p);
+    ref2 += p * p;
+  }
+  EXPECT_LT(std::sqrt(err2 / ref2), 5e-2);  // a device's worth of flips, not another layer
+}
+
+INSTANTIATE_TEST_SUITE_P(, CpuReferenceFlips, ::testing::ValuesIn(reference_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
 }  // namespace
 }  // namespace moekit::test
