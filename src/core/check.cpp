@@ -145,7 +145,8 @@ CheckResult check_output(const CheckArgs& a) {
   r.tolerance = global_tolerance(a.quant, r.has_ideal ? std::optional<double>(r.q) : std::nullopt);
   const CheckSampling& sampled = a.sampling;
   if (a.quant.scheme != QuantScheme::bf16 &&
-      (sampled.codes > 0 || sampled.dynamic_scale || sampled.sensitivity > 0 || sampled.row_sensitivity > 0)) {
+      (sampled.codes > 0 || sampled.dynamic_scale || sampled.sensitivity > 0 || sampled.row_sensitivity > 0 ||
+       sampled.ideal_sensitivity > 0)) {
     const double step = std::max(kFp8Step, 2.0 * (std::isfinite(r.q) ? r.q : 0.0));
     const double base = r.tolerance;
     r.tolerance = base * flip_allowance(base, sampled.codes, step);
@@ -156,6 +157,8 @@ CheckResult check_output(const CheckArgs& a) {
     // The flips are noise on top of the scheme's own error, uncorrelated with it: what the
     // global bound gained may add in quadrature to q.
     if (r.q > 0) r.ideal_bound = kIdealRatio * std::sqrt(1.0 + (r.tolerance * r.tolerance - base * base) / (r.q * r.q));
+    if (sampled.ideal_sensitivity > 1.0)
+      r.ideal_bound = std::max(r.ideal_bound, 1.0 + kSensitivityFactor * (sampled.ideal_sensitivity - 1.0));
     r.widened = r.tolerance > base || r.row_bound > kRowTolerance;
   }
   // A row whose reference is (nearly) zero is held to the floor in absolute terms.

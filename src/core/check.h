@@ -57,8 +57,9 @@ struct CheckSampling {
   double codes = 0;      // FP8 values requantized between the GEMMs: computed slots x I
   double row_codes = 0;  // those one token's row depends on: k x I
   bool dynamic_scale = false;  // one amax scales a whole tensor or row (kDynamicScaleTolerance)
-  // The largest ‖ref' − ref‖ / ‖ref‖ and worst row of a few references ref' with kGemm1Flips.
-  double sensitivity = 0, row_sensitivity = 0;
+  // The largest ‖ref' − ref‖ / ‖ref‖, worst row and ideal ratio (‖ref' − ideal‖ / ‖ideal‖ / q) of a
+  // few references ref' with kGemm1Flips.
+  double sensitivity = 0, row_sensitivity = 0, ideal_sensitivity = 0;
 };
 
 // How much a bound B on a relative error over `codes` values widens when that many codes, each

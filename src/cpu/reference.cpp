@@ -91,6 +91,23 @@ void flip_outputs(const ReferenceInputs& in, std::int64_t pair, bf16* g, std::in
   }
 }
 
+// The GEMM1 outputs (gate and up) of the largest activation of each group moved a step, the
+// direction drawn per group; the activations computed again.
+void step_largest(const ReferenceInputs& in, const ActivationParams& params, std::int64_t pair, bf16* g, float* act) {
+  const MoEConfig& c = in.config;
+  const std::int64_t inter = c.intermediate_size;
+  const std::int64_t group = c.quant.scheme == QuantScheme::fp8_block ? std::min<std::int64_t>(128, inter) : inter;
+  for (std::int64_t b = 0; b < inter; b += group) {
+    std::int64_t j = b;
+    for (std::int64_t i = b; i < std::min(b + group, inter); ++i)
+      if (std::fabs(act[i]) > std::fabs(act[j])) j = i;
+    const bool up = (flip_draw(in.flip_seed, pair, inter + j) & 1) != 0;
+    g[j] = bf16_step(g[j], up);
+    if (c.gated()) g[inter + j] = bf16_step(g[inter + j], up);
+  }
+  activate_row(params, g, act);
+}
+
 }  // namespace
 
 ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::function<float(float)>& reduce_amax) {
@@ -121,6 +138,7 @@ ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::functio
       gemm_row(scheme, activation_row(a1, scheme, pr.token), w, 0, w.n, g.data());
       if (in.gemm1_flips > 0.0) flip_outputs(in, p, g.data(), w.n);
       activate_row(act_params, g.data(), act.data() + p * inter);
+      if (in.gemm1_scale_steps && scheme != QuantScheme::bf16) step_largest(in, act_params, p, g.data(), act.data() + p * inter);
     }
   });
 

@@ -27,7 +27,11 @@ struct ReferenceInputs {
   // moves one bf16 step up or down with this probability (0: never), drawn from `flip_seed`, as a
   // device's GEMM1 sums, a few last bits away from the CPU's, round some outputs to the other
   // bf16 neighbour; everything after follows (requantization, dynamic scales).
+  // With `gemm1_scale_steps`, also the GEMM1 outputs behind the largest activation under each
+  // dynamic scale (each 128 of a row for fp8-block, the row otherwise: the tensor's largest is a
+  // row's) move a step, up or down by the seed: what moves a scale, and every code under it.
   double gemm1_flips = 0.0;
+  bool gemm1_scale_steps = false;
   std::uint64_t flip_seed = 0;
 };
 

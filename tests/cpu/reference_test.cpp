@@ -64,7 +64,8 @@ INSTANTIATE_TEST_SUITE_P(, CpuReferenceIdeal, ::testing::ValuesIn(reference_case
                          [](const auto& info) { return case_name(info.param); });
 
 // The sensitivity references of the check (core::kGemm1Flips): no flips, the reference's bits;
-// flips, another output a little away from it, the same bits again for the same seed.
+// flips, another output a little away from it, the same bits again for the same seed; the
+// steps of each scale's largest value move FP8 references alone.
 class CpuReferenceFlips : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(CpuReferenceFlips, MoveTheOutputALittleAndRepeat) {
@@ -100,6 +101,12 @@ TEST_P(CpuReferenceFlips, MoveTheOutputALittleAndRepeat) {
     ref2 += p * p;
   }
   EXPECT_LT(std::sqrt(err2 / ref2), 5e-2);  // a device's worth of flips, not another layer
+  // The largest value under each scale a step away too: FP8 references move, bf16 has no scales.
+  ri.gemm1_scale_steps = true;
+  const Tensor stepped = run(0.0, 5), stepped_again = run(0.0, 5);
+  EXPECT_EQ(differing(stepped, stepped_again), 0);
+  if (c.scheme == QuantScheme::bf16) EXPECT_EQ(differing(plain, stepped), 0);
+  else EXPECT_GT(differing(plain, stepped), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(, CpuReferenceFlips, ::testing::ValuesIn(reference_cases()),
