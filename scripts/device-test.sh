@@ -150,8 +150,10 @@ if [[ " $steps " == *" sanitize "* ]]; then
       "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" >"$logs/$tool.log" 2>&1
     rc=$?
     sanitize_summary "$tool" "$logs/$tool.log" "$rc" "$(( $(date +%s) - start ))" "$limit"
-    # what it reported (or where it stopped), for the log that comes back
-    grep -E "^========= (Invalid|Race|Barrier|Error|Warning|Program hit|Hazard)|^\[  FAILED  \]" "$logs/$tool.log" | head -n 20 >>"$out/sanitize.log"
+    # What it reported, each report under the test that was running (or where it stopped), on
+    # stdout too: a lent machine returns at most 8 files, and this must not be lost with one.
+    grep -E "^\[ RUN      \]|^========= (Invalid|Race|Barrier|Error|Warning|Program hit|Hazard)|^\[  FAILED  \]" "$logs/$tool.log" |
+      grep -B1 -E "^=========|^\[  FAILED" | grep -v "^--$" | head -n 24 | tee -a "$out/sanitize.log"
     tail -n 3 "$logs/$tool.log"
   done
 fi

@@ -2,7 +2,12 @@
 // (fuzz_case.h), runs each on the backend under test against the CPU references and judges it
 // (fuzz_run.h): one line per case with its seed, a summary last, optionally JSON.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -153,6 +158,61 @@ void print_summary(const Campaign& k) {
               rules.c_str());
 }
 
+// Names the case in flight when it runs past `seconds` (a hung kernel, a runaway case) and ends
+// the process with exit 3: a campaign killed from outside would leave no trace of which case it was.
+class CaseWatch {
+ public:
+  CaseWatch(double seconds, std::string backend) : seconds_(seconds), backend_(std::move(backend)) {
+    if (seconds_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~CaseWatch() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  CaseWatch(const CaseWatch&) = delete;
+  CaseWatch& operator=(const CaseWatch&) = delete;
+
+  void begin(std::int64_t index, std::uint64_t seed) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    index_ = index, seed_ = seed, started_ = std::chrono::steady_clock::now(), running_ = true;
+  }
+  void end() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!done_) {
+      wake_.wait_for(lock, std::chrono::seconds(1));
+      if (done_ || !running_) continue;
+      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+      if (ran < seconds_) continue;
+      std::printf("fuzz: case %lld seed=%llu has run %.0f s (--case-timeout %.0f): a hung kernel or a runaway case; "
+                  "replay it with moekit fuzz --backend %s --replay %llu\n",
+                  static_cast<long long>(index_), static_cast<unsigned long long>(seed_), ran, seconds_, backend_.c_str(),
+                  static_cast<unsigned long long>(seed_));
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  }
+
+  double seconds_;
+  std::string backend_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false, running_ = false;
+  std::int64_t index_ = 0;
+  std::uint64_t seed_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  std::thread thread_;
+};
+
 int replay(std::uint64_t seed, const fuzz::Target& target) {
   const Case c = fuzz::draw_case(seed, target);
   const auto start = std::chrono::steady_clock::now();
@@ -176,6 +236,7 @@ int cmd_fuzz(int argc, char** argv) {
       {"replay", true, "run the one case of this seed (printed on each case line), with its details"},
       {"backend", true, "auto|cpu|cuda: the backend under test (auto: cuda when a GPU is there, else cpu)"},
       {"time-limit", true, "seconds: start no case after this (default: none)"},
+      {"case-timeout", true, "seconds: a case still running after this is named and the campaign ends, exit 3 (default 60; 0: none)"},
       {"json", true, "write the summary (counts, worst figures per mode, failed cases) to this file"},
       {"failures-only", false, "print the lines of failed cases only (and the summary)"},
       {"help", false, "this text"},
@@ -191,7 +252,7 @@ int cmd_fuzz(int argc, char** argv) {
   }
   const fuzz::Target target = fuzz::Target::of(backend_of(args));
   if (args.has("replay")) {
-    for (const char* flag : {"cases", "seed", "time-limit", "json", "failures-only"})
+    for (const char* flag : {"cases", "seed", "time-limit", "case-timeout", "json", "failures-only"})
       if (args.has(flag)) throw UsageError(std::string("--replay: runs one case; drop --") + flag);
     return replay(std::uint64_t(args.get_int("replay", 0, 0, kMaxSeed)), target);
   }
@@ -201,6 +262,7 @@ int cmd_fuzz(int argc, char** argv) {
   k.requested = args.get_int("cases", 1000, 0, std::int64_t(1) << 40);
   const double limit = double(args.get_int("time-limit", 0, 0, std::int64_t(1) << 31));
   const bool failures_only = args.has("failures-only");
+  CaseWatch watch(double(args.get_int("case-timeout", 60, 0, std::int64_t(1) << 31)), k.backend);
   std::printf("moekit fuzz: %lld cases on %s, seed %llu%s\n", static_cast<long long>(k.requested), k.backend.c_str(),
               static_cast<unsigned long long>(k.seed), limit > 0 ? (", time limit " + std::to_string(int(limit)) + " s").c_str() : "");
   std::fflush(stdout);
@@ -213,7 +275,9 @@ int cmd_fuzz(int argc, char** argv) {
     }
     const Case c = fuzz::draw_case(fuzz::case_seed(k.seed, i), target);
     const double case_start = elapsed();
+    watch.begin(i, c.seed);
     const Outcome o = fuzz::run_case(c, target);
+    watch.end();
     const std::string line = case_line(i, c, o, 1e3 * (elapsed() - case_start));
     ++k.run;
     if (c.valid()) ++k.valid, k.modes[mode_of(c)].add(o);
