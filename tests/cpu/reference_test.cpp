@@ -13,17 +13,30 @@
 namespace moekit::test {
 namespace {
 
+// A case's layer and inputs from one fresh seed, and the references' view of them.
+struct ReferenceCase {
+  explicit ReferenceCase(const LayerCase& c)
+      : seed(fresh_seed()), config(config_of(c)), tl(make_test_layer(c, seed)), in(make_inputs(c, tl, seed)) {}
+  cpu::ReferenceInputs inputs() const {
+    return {config, tl.weights(), in.hidden.view(), in.routing.ids.view(), in.routing.weights.view()};
+  }
+  std::uint64_t seed;
+  MoEConfig config;
+  TestLayer tl;
+  Inputs in;
+};
+
 class CpuReferenceIdeal : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(CpuReferenceIdeal, MatchesTheF64Layer) {
   const LayerCase c = GetParam();
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const MoEConfig config = config_of(c);
-  const TestLayer tl = make_test_layer(c, seed);
-  const Inputs in = make_inputs(c, tl, seed);
-  const cpu::ReferenceInputs ri{config, tl.weights(), in.hidden.view(), in.routing.ids.view(),
-                                in.routing.weights.view()};
+  const ReferenceCase setup(c);
+  SCOPED_TRACE("seed " + std::to_string(setup.seed));
+  const std::uint64_t seed = setup.seed;
+  const MoEConfig& config = setup.config;
+  const TestLayer& tl = setup.tl;
+  const Inputs& in = setup.in;
+  const cpu::ReferenceInputs ri = setup.inputs();
   const std::vector<double> mine = f64_layer(config, tl.weights(), in.hidden, in.routing);
 
   const std::vector<double> deq = cpu::ideal_reference(ri, core::DequantizedWeights(config, tl.weights()));
@@ -70,16 +83,13 @@ class CpuReferenceFlips : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(CpuReferenceFlips, MoveTheOutputALittleAndRepeat) {
   const LayerCase c = GetParam();
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const MoEConfig config = config_of(c);
-  const TestLayer tl = make_test_layer(c, seed);
-  const Inputs in = make_inputs(c, tl, seed);
-  cpu::ReferenceInputs ri{config, tl.weights(), in.hidden.view(), in.routing.ids.view(), in.routing.weights.view()};
+  const ReferenceCase setup(c);
+  SCOPED_TRACE("seed " + std::to_string(setup.seed));
+  cpu::ReferenceInputs ri = setup.inputs();
   auto run = [&](double flips, std::uint64_t flip_seed) {
     ri.gemm1_flips = flips;
     ri.flip_seed = flip_seed;
-    Tensor out(DType::bf16, {in.hidden.size(0), config.hidden_size});
+    Tensor out(DType::bf16, {setup.in.hidden.size(0), setup.config.hidden_size});
     cpu::pipeline_reference(ri, out.view());
     return out;
   };
