@@ -38,8 +38,8 @@ struct TunePlan {
 using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& tactic)>;
 
 // A tactic displaces the heuristic's only when it is faster by more than this share: on the
-// H200 the timer's medians of one tactic move by up to ~2% from run to run, and a tuned choice
-// that won by less measured slower in the warm-input bench as often as faster (docs/TUNE.md).
+// H200 the timer's medians of one tactic move by up to ~2% from run to run, and the choices that
+// won by less measured 0.986-1.042 of the heuristic in the warm-input bench (docs/TUNE.md).
 inline constexpr double kTunedGain = 0.02;
 
 // Times plan.timed(); per case the fastest wins (the heuristic's tactic while it is within
