@@ -4,9 +4,9 @@ A layer is a C++ object; the ops name it by an integer handle (MoELayer register
 that a traced graph holds a constant, not an object. MoELayer calls the *_call functions below
 directly when nothing traces it (eager, and under torch.cuda.graph capture), and these ops when
 torch.compile does: the op dispatch costs tens of µs of host time per call, the layer at T = 1 a few
-tens of µs of GPU time. Each op has a fake implementation (shapes
-and dtypes only) for torch.compile, and takes its workspace from torch's allocator (the caching
-allocator on CUDA, a graph's private pool under torch.cuda.graph), on torch's current stream.
+tens of µs of GPU time. Each op has a fake implementation (shapes and dtypes only) for
+torch.compile. Both take their workspace from torch's allocator (the caching allocator on CUDA, a
+graph's private pool under torch.cuda.graph) and run on torch's current stream.
 
     fused(layer, hidden [T, H] bf16, router_logits [T, E]) -> out [T, H] bf16
     experts(layer, hidden, topk_ids [T, k] i32, topk_weights [T, k] f32) -> out

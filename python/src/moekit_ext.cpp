@@ -1,7 +1,7 @@
 // moekit._C: the thin binding under the Python package (python/moekit). Tensors become
 // TensorViews without a copy (torch tensors read through their attributes, anything else through
-// DLPack); configs arrive as dicts
-// of the spellings moekit uses everywhere; moekit::Error becomes moekit.Error (a ValueError).
+// DLPack); configs arrive as dicts of the spellings moekit uses everywhere; moekit::Error becomes
+// moekit.Error (a ValueError).
 // The GIL is released while moekit works. Everything above this file is Python.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -27,7 +27,6 @@ using namespace nb::literals;
 
 namespace moekit::python {
 namespace {
-
 
 DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
   using Code = nb::dlpack::dtype_code;
@@ -67,7 +66,6 @@ TensorView view_of(const nb::ndarray<>& a, const char* name) {
   v.device = device_index(a, name) < 0 ? Device::cpu : Device::cuda;
   return v;
 }
-
 
 // torch tensors are read through their attributes (data_ptr, dtype, shape, stride, device): a
 // DLPack export costs a few µs per tensor, which a T = 1 call would feel; anything else with

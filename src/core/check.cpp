@@ -144,9 +144,7 @@ CheckResult check_output(const CheckArgs& a) {
   }
   r.tolerance = global_tolerance(a.quant, r.has_ideal ? std::optional<double>(r.q) : std::nullopt);
   const CheckSampling& sampled = a.sampling;
-  if (a.quant.scheme != QuantScheme::bf16 &&
-      (sampled.codes > 0 || sampled.dynamic_scale || sampled.sensitivity > 0 || sampled.row_sensitivity > 0 ||
-       sampled.ideal_sensitivity > 0)) {
+  if (a.quant.scheme != QuantScheme::bf16 && sampled.given()) {
     const double step = std::max(kFp8Step, 2.0 * (std::isfinite(r.q) ? r.q : 0.0));
     const double base = r.tolerance;
     r.tolerance = base * flip_allowance(base, sampled.codes, step);
