@@ -14,8 +14,9 @@
 #     the first (variants built elsewhere), each table printed under its path
 #   MOEKIT_GEMM_ARGS=--decode              the grouped GEMM bench's cases (default: all; --masked, --decode)
 #   MOEKIT_SANITIZE_TOOLS="memcheck racecheck synccheck"   the compute-sanitizer tools the sanitize step
-#     runs, one after the other, each over test_cuda with MOEKIT_CUDA_TEST_SMALL=1 (every test shrinks
-#     its cases; the past-2-GiB test skips) and one summary line (errors or hazards, tests, seconds)
+#     runs, all at once, each over test_cuda with MOEKIT_CUDA_TEST_SMALL=1 (every test shrinks its
+#     cases; the past-2-GiB test skips) and one summary line per shard (errors or hazards, tests, seconds)
+#   MOEKIT_SANITIZE_SHARDS=1               gtest shards of the suite per tool, run in parallel
 #   MOEKIT_SANITIZE_FILTER='*'             the tests each tool runs (default: all of test_cuda); per tool
 #     MOEKIT_MEMCHECK_FILTER, MOEKIT_RACECHECK_FILTER, MOEKIT_SYNCCHECK_FILTER override it
 #   MOEKIT_SANITIZE_TIMEOUT=180            seconds per tool (MOEKIT_<TOOL>_TIMEOUT per tool); a tool that
@@ -105,10 +106,10 @@ if [[ " $steps " == *" decode "* ]]; then
   tail -n 3 "$logs/decode.err"
 fi
 # One line for a sanitizer log: the tool's error (racecheck: hazard) count, the tests that ran and
-# failed, the time against the limit, the slowest tests; the status goes to sanitize_status[tool]:
-# pass only with exit code 0 and a summary of 0 (a process that dies prints no summary).
+# failed, the time against the limit, the slowest tests; prints the status last: pass only with
+# exit code 0 and a summary of 0 (a process that dies prints no summary).
 sanitize_summary() {
-  local tool=$1 log=$2 rc=$3 seconds=$4 limit=$5 count="" ok failed slowest status
+  local label=$1 tool=$2 log=$3 rc=$4 seconds=$5 limit=$6 count="" ok failed slowest status
   if [ "$tool" = racecheck ]; then
     count=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" "$log" | tail -n 1 |
             sed -E 's/RACECHECK SUMMARY: ([0-9]+) hazards? displayed \(([0-9]+) errors?, ([0-9]+) warnings?\)/\1 hazards (\2 errors, \3 warnings)/')
@@ -127,35 +128,55 @@ sanitize_summary() {
   else
     status="pass"
   fi
-  sanitize_status[$tool]="$status, ${count:-no summary}"
-  echo "$tool: $status | ${count:-no summary} | $ok tests passed, ${failed:-0} failed | ${seconds} s of ${limit} s | slowest: ${slowest:-none}" |
-    tee -a "$out/sanitize.log"
+  echo "$label: $status | ${count:-no summary} | $ok tests passed, ${failed:-0} failed | ${seconds} s of ${limit} s | slowest: ${slowest:-none}" >>"$out/sanitize.log"
+  echo "$status, ${count:-no summary}"
 }
 
 if [[ " $steps " == *" sanitize "* ]]; then
+  # Every tool at once, each over MOEKIT_SANITIZE_SHARDS shards of the suite (gtest's sharding),
+  # all in parallel on the one GPU. NCCL's own probing of kernel images (cudaFuncGetAttributes on
+  # images for other GPUs) is an API error by design: API errors are not reported; moekit's
+  # own CUDA calls are checked and fail their test.
   : >"$out/sanitize.log"
-  for tool in ${MOEKIT_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+  shards="${MOEKIT_SANITIZE_SHARDS:-1}"
+  tools="${MOEKIT_SANITIZE_TOOLS:-memcheck racecheck synccheck}"
+  start=$(date +%s)
+  for tool in $tools; do
+    command -v compute-sanitizer >/dev/null || break
+    upper=$(echo "$tool" | tr '[:lower:]' '[:upper:]')
+    filter_var="MOEKIT_${upper}_FILTER" limit_var="MOEKIT_${upper}_TIMEOUT"
+    filter="${!filter_var:-${MOEKIT_SANITIZE_FILTER:-*}}"
+    limit="${!limit_var:-${MOEKIT_SANITIZE_TIMEOUT:-180}}"
+    echo "== compute-sanitizer $tool ($filter, MOEKIT_CUDA_TEST_SMALL=1, $shards shards, ${limit} s)"
+    for ((i = 0; i < shards; i++)); do
+      ( MOEKIT_CUDA_TEST_SMALL=1 GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 10 "$limit" \
+          compute-sanitizer --tool "$tool" --error-exitcode 9 --report-api-errors no \
+          "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" >"$logs/$tool.$i.log" 2>&1
+        echo "$? $(( $(date +%s) - start ))" >"$logs/$tool.$i.rc" ) &
+    done
+  done
+  wait
+  for tool in $tools; do
     if ! command -v compute-sanitizer >/dev/null; then
       echo "$tool: FAIL (no compute-sanitizer on PATH)" | tee -a "$out/sanitize.log"
       sanitize_status[$tool]="FAIL (no compute-sanitizer)"
       continue
     fi
     upper=$(echo "$tool" | tr '[:lower:]' '[:upper:]')
-    filter_var="MOEKIT_${upper}_FILTER" limit_var="MOEKIT_${upper}_TIMEOUT"
-    filter="${!filter_var:-${MOEKIT_SANITIZE_FILTER:-*}}"
+    limit_var="MOEKIT_${upper}_TIMEOUT"
     limit="${!limit_var:-${MOEKIT_SANITIZE_TIMEOUT:-180}}"
-    echo "== compute-sanitizer $tool ($filter, MOEKIT_CUDA_TEST_SMALL=1, ${limit} s)"
-    start=$(date +%s)
-    MOEKIT_CUDA_TEST_SMALL=1 timeout -k 10 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" >"$logs/$tool.log" 2>&1
-    rc=$?
-    sanitize_summary "$tool" "$logs/$tool.log" "$rc" "$(( $(date +%s) - start ))" "$limit"
-    # What it reported, each report under the test that was running (or where it stopped), on
-    # stdout too: a lent machine returns at most 8 files, and this must not be lost with one.
-    grep -E "^\[ RUN      \]|^========= (Invalid|Race|Barrier|Error|Warning|Program hit|Hazard)|^\[  FAILED  \]" "$logs/$tool.log" |
-      grep -B1 -E "^=========|^\[  FAILED" | grep -v "^--$" | head -n 24 | tee -a "$out/sanitize.log"
-    tail -n 3 "$logs/$tool.log"
+    sanitize_status[$tool]="pass"
+    for ((i = 0; i < shards; i++)); do
+      read -r rc seconds <"$logs/$tool.$i.rc"
+      status=$(sanitize_summary "$tool $((i + 1))/$shards" "$tool" "$logs/$tool.$i.log" "$rc" "$seconds" "$limit")
+      [[ "$status" == pass* ]] || sanitize_status[$tool]="$status (shard $((i + 1))/$shards)"
+      # What it reported, each report under the test that was running (or where it stopped), on
+      # stdout too: a lent machine returns at most 8 files, and this must not be lost with one.
+      grep -E "^\[ RUN      \]|^========= (Invalid|Race|Barrier|Error|Warning|Program hit|Hazard)|^\[  FAILED  \]" "$logs/$tool.$i.log" |
+        grep -B1 -E "^=========|^\[  FAILED" | grep -v "^--$" | head -n 24 >>"$out/sanitize.log"
+    done
   done
+  cat "$out/sanitize.log"
 fi
 if [[ " $steps " == *" ncu "* ]] && command -v ncu >/dev/null; then
   # One ncu pass per kernel (its first launch, a warm-up of the bench), at the card's own clocks.
