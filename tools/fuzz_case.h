@@ -51,7 +51,6 @@ struct Target {
   std::string backend;       // "cpu" or "cuda"
   bool gemm_sizes_of_16 = false;  // H and I multiples of 16 (the CUDA grouped GEMMs)
   bool min_latency = false;       // has the min-latency experts path
-  bool ep_fp8_tensor = true;      // takes fp8-tensor with ep_size > 1
   static Target of(std::string_view backend);
 };
 

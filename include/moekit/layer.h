@@ -82,7 +82,11 @@ struct EpOptions {
   EpScope scope = EpScope::group;
   EpCombine combine = EpCombine::automatic;  // exact on the CPU backend, partial on GPU ones
   // > 0: fixed capacity, at most this many tokens per rank and call. Buffers are sized for the
-  // worst case and no counts are exchanged (what CUDA-graph capture needs); more traffic.
+  // worst case at construction, no counts are exchanged and the dispatch plan is made where the
+  // routing is (on a GPU, by a kernel): the forward never waits on the host, so a CUDA graph can
+  // capture it; more traffic. The caller waits for it: Communicator::synchronize(stream) fails
+  // within the communicator's timeout where a peer died or stalls (cudaStreamSynchronize would
+  // hang). 0: the counts go through the host and forward waits for the exchange itself.
   std::int64_t capacity = 0;
   EpTiming timing = EpTiming::plain;
 };
@@ -152,9 +156,10 @@ struct FusedArgs {
 // External routing: the caller routes. topk_ids must lie in [-1, E). What an id out of range
 // does depends on where the ids are:
 //   - host memory (the cpu backend): forward() throws Error naming topk_ids, before any output;
-//   - expert parallelism (any backend): the ids are copied to the host for the dispatch plan
-//     and checked there: the same Error, on the rank that holds them, before the exchange (the
-//     other ranks then fail at their collective timeout);
+//   - expert parallelism (any backend, EpOptions::capacity 0): the ids are copied to the host
+//     for the dispatch plan and checked there: the same Error, on the rank that holds them,
+//     before the exchange (the other ranks then fail at their collective timeout); with a fixed
+//     capacity the CPU's plan throws so too, a GPU's plan (a kernel) counts them as -1;
 //   - device memory on one GPU (cuda): the ids are not read by the host; the permutation plan
 //     treats an id outside [0, E) as "no expert" (src/cuda/permute/plan.cuh local_expert), so
 //     the slot contributes nothing, as -1 does. Nothing is read or written out of bounds.

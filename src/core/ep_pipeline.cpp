@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -60,7 +61,7 @@ struct EpPipeline::Buffers {
   TensorView return_rows, return_send;        // exact: [R * k], [R * k, H]; partial: -, [R, H]
   TensorView combine_recv;                    // [rows back, H]
   TensorView source_slot_rows;                // exact: [T, k]
-  TensorView token_row_offsets, token_rows;   // partial: [T + 1], [S]
+  TensorView token_rows;                      // partial: [T, ep]
   Workspace prepare_ws, experts_ws, finalize_ws;
 };
 
@@ -85,6 +86,24 @@ EpPipeline::EpPipeline(const MoEConfig& config, const BackendImpl& backend, cons
   layout_ = EpRecordLayout::of(config);
   const std::size_t ep = std::size_t(config.ep_size);
   counts_buffer_ = backend.allocate(sizeof(std::int64_t) * ep * (ep + 1));
+  if (options.capacity > 0) {
+    // Row numbers of the returned rows are i32 (slot_rows).
+    const std::int64_t rows = fixed_sizes().rows_back;
+    require(rows <= std::numeric_limits<std::int32_t>::max(),
+            "ep.capacity: " + std::to_string(options.capacity) + " tokens per rank return " + std::to_string(rows) +
+                " rows, more than 2^31 - 1");
+    // The blocks every call moves, known here: nothing about them is exchanged.
+    plan_.capacity = options.capacity;
+    plan_.counts.assign(ep, options.capacity);
+    plan_.offsets = exclusive_sum(plan_.counts);
+    plan_.rows_back.assign(ep, fixed_sizes().rows_back / std::int64_t(ep));
+    plan_.rows_back_offsets = exclusive_sum(plan_.rows_back);
+    recv_counts_ = plan_.counts;
+    recv_offsets_ = plan_.offsets;
+    return_plan_.counts = plan_.rows_back;
+    return_plan_.offsets = plan_.rows_back_offsets;
+    reserve(options.capacity);  // allocated before any capture
+  }
 }
 
 EpPipeline::~EpPipeline() = default;
@@ -127,8 +146,7 @@ EpPipeline::Buffers EpPipeline::carve(Carver& c, const Sizes& s) const {
     b.source_slot_rows = c.tensor(DType::i32, {s.tokens, k}, d);
   } else {
     b.return_send = c.tensor(DType::bf16, {s.received, h}, d);
-    b.token_row_offsets = c.tensor(DType::i64, {s.tokens + 1}, d);
-    b.token_rows = c.tensor(DType::i32, {s.sent}, d);
+    b.token_rows = c.tensor(DType::i32, {s.tokens, std::int64_t(config_.ep_size)}, d);
   }
   b.combine_recv = c.tensor(DType::bf16, {s.rows_back, h}, d);
   auto workspace = [&](const Stage& stage, std::int64_t tokens) {
@@ -152,14 +170,19 @@ EpPipeline::Buffers EpPipeline::buffers_for(const Sizes& s) {
   return carve(c, s);
 }
 
-void EpPipeline::reserve(std::int64_t max_tokens) {
+// Fixed blocks: capacity records to and from every rank, every slot position back (exact); the
+// same buffers for every call, whatever its T (at most the capacity).
+EpPipeline::Sizes EpPipeline::fixed_sizes() const {
   const std::int64_t ep = config_.ep_size, k = config_.top_k(), capacity = options_.capacity;
+  return {capacity, ep * capacity, ep * capacity, combine_ == EpCombine::exact ? ep * capacity * k : ep * capacity};
+}
+
+void EpPipeline::reserve(std::int64_t max_tokens) {
+  const std::int64_t ep = config_.ep_size, k = config_.top_k();
   Sizes s;
   s.tokens = max_tokens;
-  if (capacity > 0) {
-    // Fixed blocks: capacity records to and from every rank, every slot position back (exact).
-    s.sent = s.received = ep * capacity;
-    s.rows_back = combine_ == EpCombine::exact ? ep * capacity * k : ep * capacity;
+  if (options_.capacity > 0) {
+    s = fixed_sizes();
   } else {
     // At most one record per (token, rank), from each of the ep ranks; exact returns a row per
     // owned slot, partial one per record.
@@ -188,28 +211,53 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
                      const TensorView& topk_weights, const TensorView& out, Stream stream) {
   const MoEConfig& c = config_;
   const std::int64_t tokens = p.tokens, k = c.top_k();
-  const std::size_t ep = std::size_t(c.ep_size), me = std::size_t(c.ep_rank);
+  const std::size_t me = std::size_t(c.ep_rank);
   const bool fixed = options_.capacity > 0;
   // Before any collective, so that a rank over capacity fails alone and at once.
   require(!fixed || tokens <= options_.capacity, "hidden: expected at most the EP capacity " +
                                                      std::to_string(options_.capacity) + " tokens per rank, given " +
                                                      std::to_string(tokens));
+  const bool capturing = ep_->capturing(stream);
+  require(!capturing || fixed, "ep.capacity: a CUDA graph captures an EP layer of fixed capacity only (capacity > 0): "
+                               "the variable mode learns the counts on the host");
+  require(!capturing || options_.timing == EpTiming::plain,
+          "ep.timing: barriers wait on the host, which a CUDA graph's capture does not allow");
   stats_ = EpStats{};
   stats_.tokens = tokens;
   Clock::time_point clock = Clock::now();
 
-  // 1. Plan on the host; learn what arrives.
+  // 1. Plan: fixed capacity where the routing is (no host copy, no wait), else on the host,
+  //    then learn what arrives.
   mark_step(p, "plan", stream);
-  host_ids_.resize(std::size_t(tokens * k));
-  host_weights_.resize(std::size_t(tokens * k));
-  ep_->to_host(host_ids_.data(), topk_ids.data, topk_ids.nbytes(), stream);
-  ep_->to_host(host_weights_.data(), topk_weights.data, topk_weights.nbytes(), stream);
-  plan_dispatch(host_ids_.data(), host_weights_.data(), tokens, c, options_.capacity, combine_, plan_);
-  if (fixed) recv_counts_.assign(ep, options_.capacity);
-  else exchange_counts(stream);
-  recv_offsets_ = exclusive_sum(recv_counts_);
-  const Sizes sizes{tokens, plan_.records(), sum(recv_counts_), plan_.rows_back_total()};
-  const Buffers b = buffers_for(sizes);
+  Sizes sizes;
+  Buffers b;
+  if (fixed) {
+    sizes = fixed_sizes();
+    b = buffers_for(sizes);  // reserved at construction: no allocation
+    ep_->plan_fixed({topk_ids.ptr<std::int32_t>(), topk_weights.ptr<float>(), tokens, options_.capacity, int(k),
+                     c.ep_size, c.local_experts(), b.plan_token.ptr<std::int32_t>(), b.plan_ids.ptr<std::int32_t>(),
+                     b.plan_weights.ptr<float>(),
+                     combine_ == EpCombine::exact ? b.source_slot_rows.ptr<std::int32_t>() : nullptr,
+                     combine_ == EpCombine::partial ? b.token_rows.ptr<std::int32_t>() : nullptr},
+                    stream);
+  } else {
+    host_ids_.resize(std::size_t(tokens * k));
+    host_weights_.resize(std::size_t(tokens * k));
+    ep_->to_host(host_ids_.data(), topk_ids.data, topk_ids.nbytes(), stream);
+    ep_->to_host(host_weights_.data(), topk_weights.data, topk_weights.nbytes(), stream);
+    plan_dispatch(host_ids_.data(), host_weights_.data(), tokens, c, 0, combine_, plan_);
+    exchange_counts(stream);
+    recv_offsets_ = exclusive_sum(recv_counts_);
+    sizes = Sizes{tokens, plan_.records(), sum(recv_counts_), plan_.rows_back_total()};
+    b = buffers_for(sizes);
+    ep_->to_device(b.plan_token.data, plan_.token.data(), b.plan_token.nbytes(), stream);
+    ep_->to_device(b.plan_ids.data, plan_.ids.data(), b.plan_ids.nbytes(), stream);
+    ep_->to_device(b.plan_weights.data, plan_.weights.data(), b.plan_weights.nbytes(), stream);
+    if (combine_ == EpCombine::exact)
+      ep_->to_device(b.source_slot_rows.data, plan_.slot_rows.data(), b.source_slot_rows.nbytes(), stream);
+    else
+      ep_->to_device(b.token_rows.data, plan_.token_rows.data(), sizeof(std::int32_t) * plan_.token_rows.size(), stream);
+  }
 
   // 2. Prepare: quantized on this (the source) rank.
   mark_step(p, "quantize", stream);
@@ -219,9 +267,6 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
 
   // 3. Dispatch: one record per (token, destination rank).
   mark_step(p, "dispatch", stream);
-  ep_->to_device(b.plan_token.data, plan_.token.data(), b.plan_token.nbytes(), stream);
-  ep_->to_device(b.plan_ids.data, plan_.ids.data(), b.plan_ids.nbytes(), stream);
-  ep_->to_device(b.plan_weights.data, plan_.weights.data(), b.plan_weights.nbytes(), stream);
   ep_->pack(layout_, {b.prepared, b.plan_token.ptr<std::int32_t>(), b.plan_ids.ptr<std::int32_t>(),
                       b.plan_weights.ptr<float>(), sizes.sent, b.send},
             stream);
@@ -246,12 +291,14 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
   finish_step(stream);
   stats_.experts_ms = ms_since(clock);
 
-  // 5. Combine.
+  // 5. Combine. The variable mode waits for it (failing within the communicator's timeout);
+  //    fixed capacity leaves the wait to the caller (Communicator::synchronize), as a graph must.
   mark_step(p, "combine", stream);
   const double waited = stats_.wait_ms;
   if (combine_ == EpCombine::exact) combine_exact(p, b, topk_weights, out, stream);
   else combine_partial(p, b, out, stream);
-  comm_.synchronize(stream);
+  if (!fixed) comm_.synchronize(stream);
+  finish_step(stream);
   stats_.combine_ms = ms_since(clock) - (stats_.wait_ms - waited);
 }
 
@@ -264,10 +311,7 @@ void EpPipeline::combine_exact(const StageProblem& p, const Buffers& b, const Te
   // Which expert_out rows go back: every slot position (fixed), or the owned slots in order.
   const std::int32_t* rows = b.slot_rows.ptr<std::int32_t>();
   std::int64_t count = received * k;
-  if (fixed) {
-    return_plan_.counts.assign(recv_counts_.size(), options_.capacity * k);
-    return_plan_.offsets = exclusive_sum(return_plan_.counts);
-  } else {
+  if (!fixed) {
     host_slot_rows_.resize(std::size_t(received * k));
     ep_->to_host(host_slot_rows_.data(), b.slot_rows.data, b.slot_rows.nbytes(), stream);
     plan_return(recv_counts_, recv_offsets_, host_slot_rows_.data(), int(k), false, return_plan_);
@@ -284,7 +328,6 @@ void EpPipeline::combine_exact(const StageProblem& p, const Buffers& b, const Te
   stats_.combine_remote_bytes = (count - return_plan_.counts[me]) * h * std::int64_t(sizeof(bf16));
 
   // The source's own Finalize, over rows placed where ep = 1 would find them.
-  ep_->to_device(b.source_slot_rows.data, plan_.slot_rows.data(), b.source_slot_rows.nbytes(), stream);
   stages_.finalize->run(StageProblem{c, p.tokens},
                         {b.combine_recv, b.source_slot_rows, weights_left() ? weights : TensorView{}, out},
                         b.finalize_ws, stream);
@@ -304,10 +347,7 @@ void EpPipeline::combine_partial(const StageProblem& p, const Buffers& b, const 
                      stream);
   stats_.combine_bytes = received * h * std::int64_t(sizeof(bf16));
   stats_.combine_remote_bytes = (received - recv_counts_[me]) * h * std::int64_t(sizeof(bf16));
-  ep_->to_device(b.token_row_offsets.data, plan_.token_row_offsets.data(), b.token_row_offsets.nbytes(), stream);
-  ep_->to_device(b.token_rows.data, plan_.token_rows.data(), sizeof(std::int32_t) * plan_.token_rows.size(), stream);
-  ep_->sum_rows({b.combine_recv.ptr<bf16>(), b.token_row_offsets.ptr<std::int64_t>(), b.token_rows.ptr<std::int32_t>(),
-                 p.tokens, h, out.ptr<bf16>()},
+  ep_->sum_rows({b.combine_recv.ptr<bf16>(), b.token_rows.ptr<std::int32_t>(), c.ep_size, p.tokens, h, out.ptr<bf16>()},
                 stream);
 }
 

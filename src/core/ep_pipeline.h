@@ -1,11 +1,13 @@
 // The EP forward of one rank, after routing (DESIGN §7):
-//   plan on the host ─► exchange counts ─► Prepare (quantize; fp8-tensor amax over the group)
+//   plan (fixed capacity: on the backend, no host in the loop; else on the host, then
+//   exchange counts) ─► Prepare (quantize; fp8-tensor amax over the group)
 //   ─► pack records ─► all-to-all ─► unpack ─► Experts (this rank's experts, received rows)
 //   ─► combine: exact (rows per (token, expert) back; the source's own Finalize sums them
 //      in slot order, bit-identical to ep = 1) or partial (each rank's Finalize, summed by
 //      the source in rank order) ─► out.
 // Fixed capacity replaces the count exchange with worst-case blocks (padding records carry
-// no ids) and returns rows at fixed positions.
+// no ids) and returns rows at fixed positions: nothing waits on the host, so a CUDA graph can
+// capture the forward; the caller waits (Communicator::synchronize fails within the timeout).
 #pragma once
 
 #include <memory>
@@ -41,6 +43,7 @@ class EpPipeline {
  private:
   struct Sizes;
   struct Buffers;
+  Sizes fixed_sizes() const;
   Buffers carve(Carver& c, const Sizes& s) const;
   Buffers buffers_for(const Sizes& s);
   void exchange_counts(Stream stream);

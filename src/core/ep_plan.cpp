@@ -1,6 +1,8 @@
 #include "core/ep_plan.h"
 
+#include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "core/rows.h"
 #include "core/validate.h"
@@ -76,13 +78,13 @@ void plan_dispatch(const std::int32_t* ids, const float* weights, std::int64_t t
   plan.weights.assign(std::size_t(records * k), 0.0f);
 
   // position[t, d]: the record of token t in rank d's block (-1 when it does not go there).
-  std::vector<std::int64_t> position(std::size_t(tokens) * ep, -1);
+  std::vector<std::int32_t> position(std::size_t(tokens) * ep, -1);
   std::vector<std::int64_t> cursor = plan.offsets;
   for (std::int64_t t = 0; t < tokens; ++t)
     for (std::size_t d = 0; d < ep; ++d) {
       if (!goes[std::size_t(t) * ep + d]) continue;
       const std::int64_t r = cursor[d]++;
-      position[std::size_t(t) * ep + d] = r;
+      position[std::size_t(t) * ep + d] = std::int32_t(r);
       plan.token[std::size_t(r)] = std::int32_t(t);
       for (int j = 0; j < k; ++j) {
         const std::int32_t e = ids[t * k + j];
@@ -94,7 +96,6 @@ void plan_dispatch(const std::int32_t* ids, const float* weights, std::int64_t t
 
   // Where the rows come back.
   plan.slot_rows.clear();
-  plan.token_row_offsets.clear();
   plan.token_rows.clear();
   if (combine == EpCombine::exact) {
     // From rank d: its records in order, each record's owned slots ascending (fixed: every slot).
@@ -121,15 +122,23 @@ void plan_dispatch(const std::int32_t* ids, const float* weights, std::int64_t t
     // One row per record: from rank d, its block of records in order.
     plan.rows_back = plan.counts;
     plan.rows_back_offsets = plan.offsets;
-    plan.token_row_offsets.assign(std::size_t(tokens + 1), 0);
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      for (std::size_t d = 0; d < ep; ++d) {
-        const std::int64_t r = position[std::size_t(t) * ep + d];
-        if (r >= 0) plan.token_rows.push_back(std::int32_t(r));
-      }
-      plan.token_row_offsets[std::size_t(t + 1)] = std::int64_t(plan.token_rows.size());
-    }
+    plan.token_rows = std::move(position);
   }
+}
+
+void plan_fixed_on_host(const EpPlanArgs& a) {
+  MoEConfig c;
+  c.num_experts = a.local_experts * a.ranks;
+  c.routing.top_k = a.top_k;
+  c.ep_size = a.ranks;
+  EpSendPlan plan;
+  plan_dispatch(a.topk_ids, a.topk_weights, a.tokens, c, a.capacity,
+                a.slot_rows ? EpCombine::exact : EpCombine::partial, plan);
+  std::copy(plan.token.begin(), plan.token.end(), a.token);
+  std::copy(plan.ids.begin(), plan.ids.end(), a.ids);
+  std::copy(plan.weights.begin(), plan.weights.end(), a.weights);
+  if (a.slot_rows) std::copy(plan.slot_rows.begin(), plan.slot_rows.end(), a.slot_rows);
+  if (a.token_rows) std::copy(plan.token_rows.begin(), plan.token_rows.end(), a.token_rows);
 }
 
 void plan_return(std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_offsets,

@@ -30,9 +30,8 @@ struct EpSendPlan {
   std::vector<std::int64_t> rows_back, rows_back_offsets;  // [ep]
   // exact: the row of the combine buffer holding slot (t, j), -1 for none.  [T, k]
   std::vector<std::int32_t> slot_rows;
-  // partial: token t's rows are token_rows[token_row_offsets[t] .. token_row_offsets[t+1]), by rank.
-  std::vector<std::int64_t> token_row_offsets;  // [T + 1]
-  std::vector<std::int32_t> token_rows;
+  // partial: token t's row from rank d is token_rows[t * ep + d], -1 where it sent nothing.
+  std::vector<std::int32_t> token_rows;  // [T, ep]
 
   std::int64_t records() const { return std::int64_t(token.size()); }
   std::int64_t rows_back_total() const;
@@ -43,6 +42,11 @@ struct EpSendPlan {
 // Error naming topk_ids when an id lies outside [-1, E), before anything is indexed with it.
 void plan_dispatch(const std::int32_t* topk_ids, const float* topk_weights, std::int64_t tokens,
                    const MoEConfig& config, std::int64_t capacity, EpCombine combine, EpSendPlan& plan);
+
+// EpStages::plan_fixed on the host (the CPU backend's, and the GPU kernel's reference): the
+// arrays of plan_dispatch at args.capacity, written into args' host buffers. Error naming
+// topk_ids for an id outside [-1, E).
+void plan_fixed_on_host(const EpPlanArgs& args);
 
 // Exact combine, on the receiving rank: which expert_out row goes back as each returned row,
 // from the received routing (recv_ids [R, k]) and the experts' slot_rows [R, k].

@@ -2,8 +2,8 @@
 // unpacking what arrives, and the two combines' row movement. The Communicator moves the
 // bytes in between; the backend's own Prepare, Experts and Finalize do the math, so an
 // ep = N run does exactly the arithmetic of ep = 1. Index arrays come from the host plan
-// (core/ep_plan.h), already copied into the backend's memory by the pipeline. C++17-clean:
-// CUDA sources include it.
+// (core/ep_plan.h), copied into the backend's memory by the pipeline, or in fixed-capacity
+// mode from plan_fixed, which runs where the routing is. C++17-clean: CUDA sources include it.
 #pragma once
 
 #include <cstddef>
@@ -59,14 +59,36 @@ struct EpGatherArgs {
   bf16* out = nullptr;  // [count, H]
 };
 
-// Partial combine, sending side: out[t] = bf16(sum over token t's rows, in order), f32 sums.
+// Partial combine, source side: out[t] = bf16(sum over d of rows[token_rows[t, d]]), f32 sums
+// in rank order, -1 entries skipped (a token that went nowhere gets zeros).
 struct EpSumArgs {
   const bf16* rows = nullptr;                  // [rows, H]
-  const std::int64_t* token_row_offsets = nullptr;  // [T + 1]
-  const std::int32_t* token_rows = nullptr;
+  const std::int32_t* token_rows = nullptr;    // [T, ranks]
+  int ranks = 0;
   std::int64_t tokens = 0;
   std::int64_t hidden = 0;
   bf16* out = nullptr;  // [T, H]
+};
+
+// Fixed capacity, planned where the routing lives (on a GPU: no host copy, no wait): rank d's
+// block of `capacity` records holds the tokens that go there ascending, then padding (token -1,
+// ids -1, weights 0); exact combine's slot_rows and partial combine's token_rows say where the
+// rows come back. The layout plan_dispatch writes for the same capacity. An id outside [0, E)
+// is "no expert" on a GPU, as -1 (single-GPU external routing does the same); the CPU's plan
+// throws naming topk_ids.
+struct EpPlanArgs {
+  const std::int32_t* topk_ids = nullptr;  // [T, k] global ids, -1 = none
+  const float* topk_weights = nullptr;     // [T, k]
+  std::int64_t tokens = 0;                 // T <= capacity
+  std::int64_t capacity = 0;
+  int top_k = 0;
+  int ranks = 0;
+  std::int64_t local_experts = 0;          // E / ranks
+  std::int32_t* token = nullptr;           // [ranks * capacity]
+  std::int32_t* ids = nullptr;             // [ranks * capacity, k]
+  float* weights = nullptr;                // [ranks * capacity, k]
+  std::int32_t* slot_rows = nullptr;       // exact combine: [T, k]; else null
+  std::int32_t* token_rows = nullptr;      // partial combine: [T, ranks]; else null
 };
 
 class EpStages {
@@ -75,6 +97,9 @@ class EpStages {
   // Copies between the host and the backend's memory (plain memcpy on the CPU).
   virtual void to_device(void* dst, const void* src, std::size_t bytes, Stream stream) const = 0;
   virtual void to_host(void* dst, const void* src, std::size_t bytes, Stream stream) const = 0;
+  // Whether stream is capturing a CUDA graph (never on the CPU): nothing may wait then.
+  virtual bool capturing(Stream stream) const = 0;
+  virtual void plan_fixed(const EpPlanArgs& args, Stream stream) const = 0;
   virtual void pack(const EpRecordLayout& layout, const EpPackArgs& args, Stream stream) const = 0;
   virtual void unpack(const EpRecordLayout& layout, const EpUnpackArgs& args, Stream stream) const = 0;
   virtual void gather_rows(const EpGatherArgs& args, Stream stream) const = 0;

@@ -23,8 +23,10 @@ void sum_token_rows(const core::EpSumArgs& a) {
     for (std::int64_t t = begin; t < end; ++t) {
       for (std::int64_t h = 0; h < a.hidden; ++h) {
         float sum = 0.0f;
-        for (std::int64_t i = a.token_row_offsets[t]; i < a.token_row_offsets[t + 1]; ++i)
-          sum += bf16_to_float(a.rows[std::int64_t(a.token_rows[i]) * a.hidden + h]);
+        for (int d = 0; d < a.ranks; ++d) {
+          const std::int32_t row = a.token_rows[t * a.ranks + d];
+          if (row >= 0) sum += bf16_to_float(a.rows[std::int64_t(row) * a.hidden + h]);
+        }
         a.out[t * a.hidden + h] = float_to_bf16(sum);
       }
     }

@@ -8,8 +8,8 @@ namespace moekit::cpu {
 // out[i] = expert_out[rows[i]], a row of zeros for -1.
 void gather_expert_rows(const core::EpGatherArgs& args);
 
-// out[t] = bf16(sum of token t's rows in order), f32 sums: the partial sums of the ranks,
-// added in rank order.
+// out[t] = bf16(sum of token t's rows in rank order, -1 skipped), f32 sums: the partial sums
+// of the ranks.
 void sum_token_rows(const core::EpSumArgs& args);
 
 }  // namespace moekit::cpu

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/ep_plan.h"
 #include "cpu/ep_combine.h"
 #include "cpu/ep_dispatch.h"
 
@@ -18,6 +19,8 @@ class CpuEpStages final : public core::EpStages {
   void to_host(void* dst, const void* src, std::size_t bytes, Stream) const override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  bool capturing(Stream) const override { return false; }
+  void plan_fixed(const core::EpPlanArgs& args, Stream) const override { core::plan_fixed_on_host(args); }
   void pack(const core::EpRecordLayout& layout, const core::EpPackArgs& args, Stream) const override {
     pack_records(layout, args);
   }

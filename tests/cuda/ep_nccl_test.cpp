@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ep_plan.h"
@@ -189,11 +191,11 @@ TEST_P(CudaEpStagesGrid, MatchTheCpuByteForByte) {
   gpu->gather_rows({eo.as<bf16>(), pk.as<std::int32_t>(), records, h, go.as<bf16>()}, nullptr);
   EXPECT_EQ(go.host<std::uint16_t>(), cpu_out);
   std::vector<std::uint16_t> cpu_sum(std::size_t(tokens * h));
-  cpu->sum_rows({reinterpret_cast<const bf16*>(expert_out.data()), plan.token_row_offsets.data(), plan.token_rows.data(),
-                 tokens, h, reinterpret_cast<bf16*>(cpu_sum.data())},
+  cpu->sum_rows({reinterpret_cast<const bf16*>(expert_out.data()), plan.token_rows.data(), c.ep_size, tokens, h,
+                 reinterpret_cast<bf16*>(cpu_sum.data())},
                 nullptr);
-  Gpu off(plan.token_row_offsets), tr(plan.token_rows), gsum(cpu_sum.size() * 2);
-  gpu->sum_rows({eo.as<bf16>(), off.as<std::int64_t>(), tr.as<std::int32_t>(), tokens, h, gsum.as<bf16>()}, nullptr);
+  Gpu tr(plan.token_rows), gsum(cpu_sum.size() * 2);
+  gpu->sum_rows({eo.as<bf16>(), tr.as<std::int32_t>(), c.ep_size, tokens, h, gsum.as<bf16>()}, nullptr);
   EXPECT_EQ(gsum.host<std::uint16_t>(), cpu_sum) << "seed " << seed;
 }
 
@@ -205,6 +207,77 @@ INSTANTIATE_TEST_SUITE_P(EveryScheme, CudaEpStagesGrid,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// The fixed-capacity plan on the GPU (EpStages::plan_fixed) against the host's, array for array
+// on poisoned buffers: random routings with -1 ids, every token on one rank's experts, no
+// tokens, T below and at the capacity, up to 8 ranks and 1,500 tokens (several chunks of the
+// kernel's scan); ids out of range count as -1 on the GPU.
+TEST(CudaEpPlan, FixedPlanMatchesTheHostPlan) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::unique_ptr<core::EpStages> gpu = cuda::make_ep_stages();
+  struct Shape {
+    int ranks;
+    std::int64_t local_experts;
+    int k;
+    std::int64_t tokens, capacity;
+  };
+  const Shape shapes[] = {{1, 8, 2, 5, 5},       {2, 4, 4, 0, 3},      {3, 4, 6, 37, 40},
+                          {4, 2, 8, 1000, 1000}, {8, 32, 8, 1500, 2048}, {8, 1, 1, 513, 513}};
+  for (const Shape& shape : shapes)
+    for (const std::string_view kind : {"random", "one_rank", "bad_ids"})
+      for (const EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
+        SCOPED_TRACE("ranks " + std::to_string(shape.ranks) + " T " + std::to_string(shape.tokens) + " capacity " +
+                     std::to_string(shape.capacity) + " k " + std::to_string(shape.k) + " " + std::string(kind) + " " +
+                     std::string(to_string(combine)));
+        const std::int64_t experts = shape.local_experts * shape.ranks, slots = shape.tokens * shape.k;
+        const std::int64_t records = shape.ranks * shape.capacity;
+        std::vector<std::int32_t> ids(std::size_t(slots)), host_ids(ids.size());
+        std::vector<float> weights(ids.size());
+        std::uniform_int_distribution<std::int32_t> any(-1, std::int32_t(experts - 1));
+        std::uniform_int_distribution<std::int32_t> last(std::int32_t(experts - shape.local_experts),
+                                                         std::int32_t(experts - 1));
+        const std::int32_t bad[] = {std::int32_t(experts), std::int32_t(experts + 7), -2, 2147483647, -2147483647 - 1};
+        std::uniform_real_distribution<float> weight(0.0f, 1.0f);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          ids[i] = kind == "one_rank" ? (rng() % 8 == 0 ? -1 : last(rng)) : any(rng);
+          host_ids[i] = ids[i];
+          if (kind == "bad_ids" && rng() % 10 == 0) {
+            ids[i] = bad[rng() % 5];
+            host_ids[i] = -1;
+          }
+          weights[i] = weight(rng);
+        }
+        const bool exact = combine == EpCombine::exact;
+        std::vector<std::int32_t> token(std::size_t(records)), plan_ids(std::size_t(records * shape.k));
+        std::vector<float> plan_weights(plan_ids.size());
+        std::vector<std::int32_t> slot_rows(exact ? std::size_t(slots) : 0),
+            token_rows(exact ? 0 : std::size_t(shape.tokens * shape.ranks));
+        core::plan_fixed_on_host({host_ids.data(), weights.data(), shape.tokens, shape.capacity, shape.k, shape.ranks,
+                                  shape.local_experts, token.data(), plan_ids.data(), plan_weights.data(),
+                                  exact ? slot_rows.data() : nullptr, exact ? nullptr : token_rows.data()});
+
+        constexpr std::int32_t kPoison = 0x7f7f7f7f;
+        Gpu g_ids(ids), g_weights(weights), g_token(std::vector<std::int32_t>(token.size(), kPoison)),
+            g_plan_ids(std::vector<std::int32_t>(plan_ids.size(), kPoison)),
+            g_plan_weights(std::vector<std::int32_t>(plan_weights.size(), kPoison)),
+            g_slot_rows(std::vector<std::int32_t>(slot_rows.size(), kPoison)),
+            g_token_rows(std::vector<std::int32_t>(token_rows.size(), kPoison));
+        gpu->plan_fixed({g_ids.as<std::int32_t>(), g_weights.as<float>(), shape.tokens, shape.capacity, shape.k,
+                         shape.ranks, shape.local_experts, g_token.as<std::int32_t>(), g_plan_ids.as<std::int32_t>(),
+                         g_plan_weights.as<float>(), exact ? g_slot_rows.as<std::int32_t>() : nullptr,
+                         exact ? nullptr : g_token_rows.as<std::int32_t>()},
+                        nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(g_token.host<std::int32_t>(), token);
+        EXPECT_EQ(g_plan_ids.host<std::int32_t>(), plan_ids);
+        EXPECT_EQ(g_plan_weights.host<float>(), plan_weights);
+        if (exact) EXPECT_EQ(g_slot_rows.host<std::int32_t>(), slot_rows);
+        else EXPECT_EQ(g_token_rows.host<std::int32_t>(), token_rows);
+      }
+}
 
 // An EP layer of one rank over NCCL against the same layer without EP, on the GPU backend.
 TEST(CudaEpNccl, OneRankEpLayerMatchesTheLocalLayer) {
@@ -250,6 +323,104 @@ TEST(CudaEpNccl, OneRankEpLayerMatchesTheLocalLayer) {
     EXPECT_EQ(out_local.host<std::uint16_t>(), out_ep.host<std::uint16_t>())
         << to_string(combine) << ", seed " << seed;
   }
+}
+
+// Fixed capacity leaves the host out of the EP forward: over NCCL on one GPU, a CUDA graph
+// captures it, and replays on new tokens give the bits of the layer without EP (exact and
+// partial combine: one rank sums one partial row per token), for fp8-block, fp8-tensor (its
+// dynamic amax through the communicator, in the quantize and the activation) and bf16. The
+// variable mode refuses to be captured, naming ep.capacity.
+TEST(CudaEpNccl, FixedCapacityLayerIsCapturedInAGraph) {
+  SKIP_WITHOUT_GPU_AND_NCCL();
+  const std::vector<std::string> names = backend_names();
+  if (std::find(names.begin(), names.end(), "cuda") == names.end()) GTEST_SKIP() << "no cuda backend in this build";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::unique_ptr<Communicator> self = make_self_communicator();
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0, {std::chrono::seconds(60)});
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // Capacity T: the experts then see the T of the layer without EP, so that its tactic is the
+  // same (padding records are in the CPU ranks' tests and the plan's above).
+  const std::int64_t tokens = 33, capacity = tokens;
+  for (const QuantScheme scheme : {QuantScheme::fp8_block, QuantScheme::fp8_tensor, QuantScheme::bf16}) {
+    MoEConfig c;
+    c.num_experts = 12;
+    c.hidden_size = 256;
+    c.intermediate_size = 256;
+    c.routing.top_k = 4;
+    c.quant.scheme = scheme;
+    const core::SyntheticLayer weights = core::make_synthetic_layer(c, seed);
+    LayerOptions local_options;
+    local_options.backend = "cuda";
+    Layer local(c, weights.weights(), local_options);
+    Gpu h(std::size_t(tokens * c.hidden_size) * 2), l(std::size_t(tokens * c.num_experts) * 4),
+        out_local(std::size_t(tokens * c.hidden_size) * 2), out_ep(std::size_t(tokens * c.hidden_size) * 2);
+    const FusedArgs args{TensorView::contiguous(h.as<void>(), DType::bf16, {tokens, c.hidden_size}, Device::cuda),
+                         TensorView::contiguous(l.as<void>(), DType::f32, {tokens, c.num_experts}, Device::cuda),
+                         TensorView::contiguous(out_ep.as<void>(), DType::bf16, {tokens, c.hidden_size}, Device::cuda),
+                         {},
+                         {}};
+    FusedArgs local_args = args;
+    local_args.out = TensorView::contiguous(out_local.as<void>(), DType::bf16, {tokens, c.hidden_size}, Device::cuda);
+    // New tokens in the buffers the graph reads.
+    auto fill = [&](std::uint64_t s) {
+      const Tensor hidden = core::make_hidden(tokens, c.hidden_size, s);
+      const Tensor logits = core::make_router_logits(tokens, c.num_experts, DType::f32, s);
+      ASSERT_EQ(cudaMemcpy(h.as<void>(), hidden.view().data, hidden.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(l.as<void>(), logits.view().data, logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(out_ep.as<void>(), 0xff, std::size_t(tokens * c.hidden_size) * 2), cudaSuccess);
+    };
+    for (const EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
+      SCOPED_TRACE(std::string(to_string(scheme)) + " " + std::string(to_string(combine)));
+      LayerOptions ep_options = local_options;
+      ep_options.comm = nccl.get();
+      ep_options.ep.combine = combine;
+      ep_options.ep.capacity = capacity;
+      Layer ep(c, weights.weights(), ep_options);
+      fill(seed);
+      ep.forward(args, stream);  // eager, which also sizes the routing buffers before the capture
+      nccl->synchronize(stream);
+      local.forward(local_args, stream);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(out_ep.host<std::uint16_t>(), out_local.host<std::uint16_t>()) << "eager";
+
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      ep.forward(args, stream);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (std::uint64_t round = 1; round <= 3; ++round) {
+        fill(seed + round);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        nccl->synchronize(stream);
+        local.forward(local_args, stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_EQ(out_ep.host<std::uint16_t>(), out_local.host<std::uint16_t>()) << "replay " << round;
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    // The variable mode learns its counts on the host: an Error before its exchange.
+    LayerOptions variable_options = local_options;
+    variable_options.comm = nccl.get();
+    Layer variable(c, weights.weights(), variable_options);
+    variable.forward(args, stream);
+    nccl->synchronize(stream);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    try {
+      variable.forward(args, stream);
+      ADD_FAILURE() << "the variable mode was captured";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ep.capacity"), std::string::npos) << e.what();
+    }
+    cudaGraph_t partial_graph = nullptr;
+    cudaStreamEndCapture(stream, &partial_graph);
+    if (partial_graph) cudaGraphDestroy(partial_graph);
+    cudaGetLastError();
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

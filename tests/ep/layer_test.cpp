@@ -270,16 +270,20 @@ TEST_P(EpLayerScheme, UnevenTokensPerRank) {
   EXPECT_TRUE(same_bits(runner.run()));
 }
 
+// The plan of fixed capacity runs where the routing is (EpStages::plan_fixed): also with every
+// token on one rank's experts and a rank without tokens.
 TEST_P(EpLayerScheme, FixedCapacityIsBitIdenticalToo) {
-  EpCase c;
-  c.config = make_config(RoutingMethod::external, GetParam());
-  c.tokens = tokens_by_rank({8, 0, 3, 5});
-  c.routing = any_experts;
-  c.ep.capacity = 8;
-  EpRunner runner(c);
-  const EpResult r = runner.run();
-  EXPECT_TRUE(same_bits(r));
-  EXPECT_EQ(r.stats.records_sent, 8 * world().size()) << "fixed blocks, padding included";
+  for (const RoutingMaker& routing : {RoutingMaker(any_experts), RoutingMaker(last_ranks_experts)}) {
+    EpCase c;
+    c.config = make_config(RoutingMethod::external, GetParam());
+    c.tokens = tokens_by_rank({8, 0, 3, 5});
+    c.routing = routing;
+    c.ep.capacity = 8;
+    EpRunner runner(c);
+    const EpResult r = runner.run();
+    EXPECT_TRUE(same_bits(r));
+    EXPECT_EQ(r.stats.records_sent, 8 * world().size()) << "fixed blocks, padding included";
+  }
 }
 
 TEST_P(EpLayerScheme, PartialCombineIsDeterministicAndClose) {

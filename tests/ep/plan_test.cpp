@@ -73,8 +73,8 @@ TEST(EpPlan, PartialCombineRowsComeBackPerRank) {
   EpSendPlan p;
   plan_dispatch(kIds, kWeights, 4, two_ranks(), 0, EpCombine::partial, p);
   EXPECT_EQ(p.rows_back, (V64{2, 2}));
-  EXPECT_EQ(p.token_row_offsets, (V64{0, 2, 3, 4, 4}));
-  EXPECT_EQ(p.token_rows, (V32{0, 2, 1, 3}));
+  // [T, ep]: t0's rows from both ranks, t1's from rank 0, t2's from rank 1, none for t3.
+  EXPECT_EQ(p.token_rows, (V32{0, 2, 1, -1, -1, 3, -1, -1}));
 }
 
 TEST(EpPlan, FixedCapacityPadsEveryBlockAndKeepsEverySlot) {

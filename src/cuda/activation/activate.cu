@@ -75,7 +75,14 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   require(status.is_ok(), status.reason());
   require(workspace.size >= workspace_size(p), "activation: workspace too small");
   const std::int64_t max_rows = p.max_rows();
-  if (max_rows == 0) return;
+  const bool dynamic = p.quant.scheme == QuantScheme::fp8_tensor && p.tensor_scale == quant::TensorScale::dynamic;
+  if (max_rows == 0) {
+    if (dynamic && args.reduce_amax) {
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(workspace.data, 0, sizeof(float), as_cuda(stream)));
+      args.reduce_amax(reinterpret_cast<float*>(workspace.data));
+    }
+    return;
+  }
   require(args.gemm1_out && args.q && args.plan.counts, "activation: gemm1_out, q and counts are required");
   require(p.rows.format == RowFormat::masked || args.plan.offsets, "activation: the contiguous format needs offsets");
   require(p.quant.scheme == QuantScheme::bf16 || args.scales, "activation: scales are required");
@@ -108,6 +115,7 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
       if (!given) {
         MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.amax, 0, sizeof(float), s));
         launch_groups<Emit::amax>(kp, s);
+        if (args.reduce_amax) args.reduce_amax(kp.amax);
       }
       launch_groups<Emit::tensor_fp8>(kp, s);
       break;

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/stages.h"
@@ -43,6 +44,9 @@ struct Args {
   const float* given_scale = nullptr; // [1] fp8-tensor with TensorScale::given
   void* q = nullptr;                  // [max_rows, I] fp8 | bf16
   float* scales = nullptr;            // tensor [1], rowwise [max_rows], block [max_rows * ceil(I/128)]
+  // fp8-tensor dynamic under EP: the amax made the group's (quant::Args::reduce_amax); also
+  // called with no rows, since every rank takes part.
+  std::function<void(float* amax)> reduce_amax;
 };
 
 Status can_implement(const Problem& problem);

@@ -1,5 +1,5 @@
-// EP pack/unpack/gather/sum on the GPU. One block per record or row; threads stride over
-// its bytes. Plain by design: these move bytes, the arithmetic of ep = 1 stays in the
+// EP plan/pack/unpack/gather/sum on the GPU. One block per destination (plan), record or row;
+// threads stride over its bytes. Plain by design: these move bytes, the arithmetic of ep = 1 stays in the
 // backend's own stages (sum_rows adds in the CPU's order, so partial combines match it).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -23,6 +23,57 @@ __device__ void copy_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size
 
 __device__ void zero_bytes(std::uint8_t* dst, std::size_t n) {
   for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = 0;
+}
+
+constexpr int kPlanThreads = 512;
+
+// One block per destination rank d: its tokens in order, placed by a scan of the "goes to d"
+// flags (a ballot per warp, warp totals in shared memory), chunk after chunk of tokens; then
+// the block's padding records.
+__global__ void plan_fixed_kernel(PlanLaunch a) {
+  __shared__ int warp_counts[kPlanThreads / 32];
+  const int d = int(blockIdx.x), k = a.top_k, lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const std::int64_t experts = a.local_experts * a.ranks, block = std::int64_t(d) * a.capacity;
+  auto owner = [&](std::int32_t e) { return e >= 0 && e < experts ? int(e / a.local_experts) : -1; };
+  std::int64_t placed = 0;
+  for (std::int64_t t0 = 0; t0 < a.tokens; t0 += kPlanThreads) {
+    const std::int64_t t = t0 + threadIdx.x;
+    bool goes = false;
+    if (t < a.tokens)
+      for (int j = 0; j < k; ++j) goes = goes || owner(a.topk_ids[t * k + j]) == d;
+    const unsigned ballot = __ballot_sync(0xffffffffu, goes);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kPlanThreads / 32; ++w) {
+      before += w < warp ? warp_counts[w] : 0;
+      total += warp_counts[w];
+    }
+    const std::int64_t record = block + placed + before + __popc(ballot & ((1u << lane) - 1u));
+    if (goes) {
+      a.token[record] = std::int32_t(t);
+      for (int j = 0; j < k; ++j) {
+        const std::int32_t e = a.topk_ids[t * k + j];
+        const bool own = owner(e) == d;
+        a.ids[record * k + j] = own ? e : -1;
+        a.weights[record * k + j] = own ? a.topk_weights[t * k + j] : 0.0f;
+        if (own && a.slot_rows) a.slot_rows[t * k + j] = std::int32_t(record * k + j);
+      }
+    }
+    if (t < a.tokens && a.token_rows) a.token_rows[t * a.ranks + d] = goes ? std::int32_t(record) : -1;
+    if (t < a.tokens && a.slot_rows && d == 0)
+      for (int j = 0; j < k; ++j)
+        if (owner(a.topk_ids[t * k + j]) < 0) a.slot_rows[t * k + j] = -1;
+    placed += total;
+    __syncthreads();  // warp_counts is written again
+  }
+  for (std::int64_t r = block + placed + threadIdx.x; r < block + a.capacity; r += kPlanThreads) {
+    a.token[r] = -1;
+    for (int j = 0; j < k; ++j) {
+      a.ids[r * k + j] = -1;
+      a.weights[r * k + j] = 0.0f;
+    }
+  }
 }
 
 __global__ void pack_kernel(RecordLayout l, PackLaunch a) {
@@ -67,14 +118,16 @@ __global__ void gather_kernel(const std::uint16_t* expert_out, const std::int32_
   else copy_bytes(dst, reinterpret_cast<const std::uint8_t*>(expert_out + std::int64_t(row) * hidden), n);
 }
 
-__global__ void sum_kernel(const std::uint16_t* rows, const std::int64_t* offsets, const std::int32_t* token_rows,
-                           std::int64_t hidden, std::uint16_t* out) {
+__global__ void sum_kernel(const std::uint16_t* rows, const std::int32_t* token_rows, int ranks, std::int64_t hidden,
+                           std::uint16_t* out) {
   const std::int64_t t = blockIdx.x;
   const __nv_bfloat16* r = reinterpret_cast<const __nv_bfloat16*>(rows);
   for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
     float sum = 0.0f;
-    for (std::int64_t i = offsets[t]; i < offsets[t + 1]; ++i)
-      sum = __fadd_rn(sum, __bfloat162float(r[std::int64_t(token_rows[i]) * hidden + h]));
+    for (int d = 0; d < ranks; ++d) {
+      const std::int32_t row = token_rows[t * ranks + d];
+      if (row >= 0) sum = __fadd_rn(sum, __bfloat162float(r[std::int64_t(row) * hidden + h]));
+    }
     reinterpret_cast<__nv_bfloat16*>(out)[t * hidden + h] = __float2bfloat16_rn(sum);
   }
 }
@@ -82,6 +135,10 @@ __global__ void sum_kernel(const std::uint16_t* rows, const std::int64_t* offset
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
+
+void launch_plan_fixed(const PlanLaunch& a, void* stream) {
+  plan_fixed_kernel<<<unsigned(a.ranks), kPlanThreads, 0, as_stream(stream)>>>(a);
+}
 
 void launch_pack(const RecordLayout& l, const PackLaunch& a, void* stream) {
   if (a.records > 0) pack_kernel<<<unsigned(a.records), kThreads, 0, as_stream(stream)>>>(l, a);
@@ -97,9 +154,9 @@ void launch_gather_rows(const std::uint16_t* expert_out, const std::int32_t* row
   if (count > 0) gather_kernel<<<unsigned(count), kThreads, 0, as_stream(stream)>>>(expert_out, rows, hidden, out);
 }
 
-void launch_sum_rows(const std::uint16_t* rows, const std::int64_t* offsets, const std::int32_t* token_rows,
-                     std::int64_t tokens, std::int64_t hidden, std::uint16_t* out, void* stream) {
-  if (tokens > 0) sum_kernel<<<unsigned(tokens), kThreads, 0, as_stream(stream)>>>(rows, offsets, token_rows, hidden, out);
+void launch_sum_rows(const std::uint16_t* rows, const std::int32_t* token_rows, int ranks, std::int64_t tokens,
+                     std::int64_t hidden, std::uint16_t* out, void* stream) {
+  if (tokens > 0) sum_kernel<<<unsigned(tokens), kThreads, 0, as_stream(stream)>>>(rows, token_rows, ranks, hidden, out);
 }
 
 }  // namespace moekit::cuda

@@ -14,6 +14,21 @@ struct RecordLayout {
   std::size_t weights, ids, scales, values, value_bytes, bytes;
 };
 
+// core::EpPlanArgs, flattened (see there).
+struct PlanLaunch {
+  const std::int32_t* topk_ids;
+  const float* topk_weights;
+  std::int64_t tokens, capacity;
+  int top_k, ranks;
+  std::int64_t local_experts;
+  std::int32_t* token;
+  std::int32_t* ids;
+  float* weights;
+  std::int32_t* slot_rows;   // exact, else null
+  std::int32_t* token_rows;  // partial, else null
+};
+void launch_plan_fixed(const PlanLaunch& a, void* stream);
+
 struct PackLaunch {
   const std::uint8_t* values;   // [T, value_bytes] prepared rows
   const float* scales;          // [T, n_scales] (null when n_scales == 0)
@@ -40,8 +55,8 @@ void launch_unpack(const RecordLayout& l, const UnpackLaunch& a, void* stream);
 void launch_gather_rows(const std::uint16_t* expert_out, const std::int32_t* rows, std::int64_t count,
                         std::int64_t hidden, std::uint16_t* out, void* stream);
 
-// out[t] = bf16(sum over i in [offsets[t], offsets[t+1]) of rows[token_rows[i]]), f32, in order.
-void launch_sum_rows(const std::uint16_t* rows, const std::int64_t* offsets, const std::int32_t* token_rows,
-                     std::int64_t tokens, std::int64_t hidden, std::uint16_t* out, void* stream);
+// out[t] = bf16(sum over d of rows[token_rows[t, d]], -1 skipped), f32, in rank order.
+void launch_sum_rows(const std::uint16_t* rows, const std::int32_t* token_rows, int ranks, std::int64_t tokens,
+                     std::int64_t hidden, std::uint16_t* out, void* stream);
 
 }  // namespace moekit::cuda

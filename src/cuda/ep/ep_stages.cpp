@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/ep/ep_kernels.h"
+#include "moekit/comm.h"
 #include "moekit/error.h"
 
 namespace moekit::cuda {
@@ -29,6 +30,17 @@ class CudaEpStages final : public core::EpStages {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStream_t(stream)), "to_host");
     check(cudaStreamSynchronize(cudaStream_t(stream)), "to_host");
   }
+  bool capturing(Stream stream) const override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(cudaStream_t(stream), &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
+  }
+  void plan_fixed(const core::EpPlanArgs& a, Stream stream) const override {
+    launch_plan_fixed({a.topk_ids, a.topk_weights, a.tokens, a.capacity, a.top_k, a.ranks, a.local_experts, a.token,
+                       a.ids, a.weights, a.slot_rows, a.token_rows},
+                      stream);
+    check(cudaGetLastError(), "plan_fixed");
+  }
   void pack(const core::EpRecordLayout& layout, const core::EpPackArgs& a, Stream stream) const override {
     launch_pack(flat(layout),
                 {static_cast<const std::uint8_t*>(a.in.q.data), a.in.scales.defined() ? a.in.scales.ptr<float>() : nullptr,
@@ -50,8 +62,8 @@ class CudaEpStages final : public core::EpStages {
     check(cudaGetLastError(), "gather_rows");
   }
   void sum_rows(const core::EpSumArgs& a, Stream stream) const override {
-    launch_sum_rows(reinterpret_cast<const std::uint16_t*>(a.rows), a.token_row_offsets, a.token_rows, a.tokens,
-                    a.hidden, reinterpret_cast<std::uint16_t*>(a.out), stream);
+    launch_sum_rows(reinterpret_cast<const std::uint16_t*>(a.rows), a.token_rows, a.ranks, a.tokens, a.hidden,
+                    reinterpret_cast<std::uint16_t*>(a.out), stream);
     check(cudaGetLastError(), "sum_rows");
   }
 };
@@ -59,5 +71,9 @@ class CudaEpStages final : public core::EpStages {
 }  // namespace
 
 std::unique_ptr<core::EpStages> make_ep_stages() { return std::make_unique<CudaEpStages>(); }
+
+void all_reduce_max(Communicator& group, float* values, std::int64_t count, Stream stream) {
+  group.all_reduce_max(values, count, stream);
+}
 
 }  // namespace moekit::cuda

@@ -3,6 +3,7 @@
 // (make_nccl_communicator).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/ep_stages.h"
@@ -10,5 +11,9 @@
 namespace moekit::cuda {
 
 std::unique_ptr<core::EpStages> make_ep_stages();
+
+// group.all_reduce_max(values, count, stream), for CUDA sources (C++17; moekit/comm.h is C++20):
+// the group-wide fp8-tensor amax of the quantize and activation stages under EP.
+void all_reduce_max(Communicator& group, float* values, std::int64_t count, Stream stream);
 
 }  // namespace moekit::cuda

@@ -55,6 +55,8 @@ class Prepare final : public core::PrepareStage {
     a.given_scale = weights_.w13_input_scale.ptr<float>();
     a.q = args.out.q.data;
     a.scales = args.out.scales.defined() ? args.out.scales.ptr<float>() : nullptr;
+    if (p.group && p.config.quant.scheme == QuantScheme::fp8_tensor)
+      a.reduce_amax = [group = p.group, stream](float* amax) { all_reduce_max(*group, amax, 1, stream); };
     quant::run(problem(p), a, ws, stream);
   }
 
@@ -102,10 +104,6 @@ class CudaBackend final : public core::BackendImpl {
     if (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0)
       return Status::no("the grouped GEMMs need H and I multiples of 16, given H=" + std::to_string(c.hidden_size) +
                         " I=" + std::to_string(c.intermediate_size));
-    // EP (LayerOptions::comm over NCCL): fp8-tensor's dynamic scales would need the group-wide
-    // amax inside the quantize kernels (the CPU backend reduces it; these do not yet).
-    if (c.ep_size > 1 && c.quant.scheme == QuantScheme::fp8_tensor)
-      return Status::no("expert parallelism with fp8-tensor: the group-wide amax is not wired into the CUDA quantize");
     return Status::ok();
   }
 

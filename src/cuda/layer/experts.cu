@@ -18,6 +18,7 @@
 #include "core/stages.h"
 #include "cuda/activation/activate.h"
 #include "cuda/common/launch.h"
+#include "cuda/ep/ep_stages.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/experts.h"
 #include "cuda/layer/min_latency.h"
@@ -152,6 +153,8 @@ class Experts final : public core::ExpertsStage {
     act.given_scale = weights_.w2_input_scale.ptr<float>();
     act.q = b.q2;
     act.scales = b.s2;
+    if (p.group && scheme == QuantScheme::fp8_tensor)
+      act.reduce_amax = [group = p.group, stream](float* amax) { all_reduce_max(*group, amax, 1, stream); };
     activation::run(activation_problem(p), act, b.act_ws, stream);
     if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
 

@@ -36,7 +36,7 @@ void launch_groups(const Problem& p, const KernelParams& kp, cudaStream_t stream
 }
 
 template <bool kOnInput, bool kVector>
-void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream) {
+void launch_scheme(const Problem& p, const KernelParams& kp, const Args& args, cudaStream_t stream) {
   const std::int64_t n = p.tokens * p.hidden;
   const std::int64_t vectors = kVector ? n / 8 : n;
   switch (p.quant.scheme) {
@@ -48,6 +48,7 @@ void launch_scheme(const Problem& p, const KernelParams& kp, cudaStream_t stream
         MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.amax, 0, sizeof(float), stream));
         tensor_amax<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
         MOEKIT_CUDA_CHECK_LAUNCH("tensor_amax");
+        if (args.reduce_amax) args.reduce_amax(kp.amax);
       }
       tensor_quantize<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
       break;
@@ -99,7 +100,14 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   const Status status = can_implement(p);
   require(status.is_ok(), status.reason());
   require(workspace.size >= workspace_size(p), "quantize: workspace too small");
-  if (p.tokens == 0) return;
+  if (p.tokens == 0) {
+    // Under EP every rank takes part in the amax's reduction, also one without tokens.
+    if (p.quant.scheme == QuantScheme::fp8_tensor && p.tensor_scale == TensorScale::dynamic && args.reduce_amax) {
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(workspace.data, 0, sizeof(float), as_cuda(stream)));
+      args.reduce_amax(reinterpret_cast<float*>(workspace.data));
+    }
+    return;
+  }
   require(args.hidden && args.q, "quantize: hidden and q are required");
   require(p.quant.scheme == QuantScheme::bf16 || args.scales, "quantize: scales are required");
   require(!on_input(p) || args.topk_weights, "quantize: the weight on the input needs topk_weights");
@@ -126,11 +134,11 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
                       reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0;
   require(vector || p.quant.scheme != QuantScheme::fp8_block, "quantize: fp8-block needs 16-byte aligned hidden and q");
   if (on_input(p)) {
-    if (vector) launch_scheme<true, true>(p, kp, s);
-    else launch_scheme<true, false>(p, kp, s);
+    if (vector) launch_scheme<true, true>(p, kp, args, s);
+    else launch_scheme<true, false>(p, kp, args, s);
   } else {
-    if (vector) launch_scheme<false, true>(p, kp, s);
-    else launch_scheme<false, false>(p, kp, s);
+    if (vector) launch_scheme<false, true>(p, kp, args, s);
+    else launch_scheme<false, false>(p, kp, args, s);
   }
 }
 

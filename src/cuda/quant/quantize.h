@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/stages.h"
@@ -34,6 +35,9 @@ struct Args {
   const float* given_scale = nullptr;   // [1] f32 > 0, fp8-tensor with TensorScale::given
   void* q = nullptr;                    // [T, H] fp8 | bf16
   float* scales = nullptr;              // see above; unused for bf16
+  // fp8-tensor dynamic under EP: makes the amax (device [1], on the stream) the group's, between
+  // the amax and the quantize kernels. Empty: this call's rows alone.
+  std::function<void(float* amax)> reduce_amax;
 };
 
 Status can_implement(const Problem& problem);
