@@ -175,7 +175,7 @@ void bench_model(const Model& m, std::int64_t tokens, Timer& timer) {
   Buffer<std::uint8_t> q{std::size_t(t * h)};
   Buffer<float> q_scales{std::size_t(t * g_h)};
   const cuda::quant::Problem qp{{QuantScheme::fp8_block, ScaleFormat::f32}, t, h};
-  const auto quantize = [&] { cuda::quant::run(qp, {hidden.p, nullptr, nullptr, q.p, q_scales.p}, {}, stream); };
+  const auto quantize = [&] { cuda::quant::run(qp, {hidden.p, nullptr, nullptr, q.p, q_scales.p, {}}, {}, stream); };
   report(m.name, "quantize fp8-block", timer.median_us(quantize), double(t * h * 2 + t * h + t * g_h * 4));
 
   // Permutation plan (contiguous, padded to 128 rows).
@@ -218,7 +218,7 @@ void bench_model(const Model& m, std::int64_t tokens, Timer& timer) {
     ap.quant = {QuantScheme::fp8_block, ScaleFormat::f32};
     ap.scale_layout = ScaleLayout::mn_major_per_expert;
     const auto activate = [&] {
-      cuda::activation::run(ap, {h1.p, {offsets.p, counts.p}, nullptr, a2.p, a2_scales.p}, {}, stream);
+      cuda::activation::run(ap, {h1.p, {offsets.p, counts.p}, nullptr, a2.p, a2_scales.p, {}}, {}, stream);
     };
     report(m.name, "activation silu -> fp8-block", timer.median_us(activate),
            double(slots * 2 * in * 2 + std::int64_t(used_rows) * (in + g_i * 4)));

@@ -4,6 +4,8 @@
 //             median of --runs), the slowest rank's;
 //   steps     dispatch and combine (EpTiming::barriers: each exchange starts together, each step
 //             waits for its device work), median per rank, with the bytes each sent to other ranks;
+//   fixed     the forward of fixed capacity T (no host in it: EpOptions::capacity), waited for
+//             through the communicator; on GPUs also replayed from a CUDA graph; the slowest rank's;
 // next to the link's peak (a large all-to-all over the same communicator) and, on rank 0, the
 // single-device layer on the whole batch (N T tokens, the same weights and tokens).
 #include <algorithm>
@@ -12,6 +14,10 @@
 #include <functional>
 #include <memory>
 #include <vector>
+
+#ifdef MOEKIT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "cli_args.h"
 #include "commands.h"
@@ -65,6 +71,7 @@ double link_gbs(Communicator& comm, Device device, std::size_t block) {
 
 struct RankRow {  // one rank's medians for one T
   double layer_ms = 0, dispatch_ms = 0, combine_ms = 0;
+  double fixed_ms = 0, graph_ms = 0;  // fixed capacity T: eager, from a CUDA graph (0: none)
   double dispatch_remote_bytes = 0, combine_remote_bytes = 0;
 };
 
@@ -87,12 +94,15 @@ void print_cases(const MoEConfig& c, const std::string& preset, Communicator& co
               std::string(comm.name()).c_str(), std::string(to_string(combine)).c_str(),
               std::string(to_string(c.quant.scheme)).c_str());
   std::printf("link peak: all-to-all of %zu MiB to each other rank: %.1f GB/s sent per rank\n", link.block >> 20, link.gbs);
-  std::printf("%8s %10s %10s %11s %10s | %9s %9s %8s %6s | %9s %9s %8s %6s\n", "T/rank", "EP ms", "us/token",
-              "1-dev ms", "us/token", "disp ms", "MB out", "GB/s", "%peak", "comb ms", "MB out", "GB/s", "%peak");
+  std::printf("%8s %10s %10s %10s %10s %11s %10s | %9s %9s %8s %6s | %9s %9s %8s %6s\n", "T/rank", "EP ms", "us/token",
+              "fixed ms", "graph ms", "1-dev ms", "us/token", "disp ms", "MB out", "GB/s", "%peak", "comb ms", "MB out",
+              "GB/s", "%peak");
   for (const Case& k : cases) {
     RankRow worst;  // the slowest rank's time, the busiest rank's bytes
     for (const RankRow& r : k.ranks) {
       worst.layer_ms = std::max(worst.layer_ms, r.layer_ms);
+      worst.fixed_ms = std::max(worst.fixed_ms, r.fixed_ms);
+      worst.graph_ms = std::max(worst.graph_ms, r.graph_ms);
       if (r.dispatch_ms > worst.dispatch_ms) {
         worst.dispatch_ms = r.dispatch_ms;
         worst.dispatch_remote_bytes = r.dispatch_remote_bytes;
@@ -105,13 +115,15 @@ void print_cases(const MoEConfig& c, const std::string& preset, Communicator& co
     const double total = double(k.tokens * n);
     const double dgbs = worst.dispatch_remote_bytes / (worst.dispatch_ms * 1e-3) / 1e9;
     const double cgbs = worst.combine_remote_bytes / (worst.combine_ms * 1e-3) / 1e9;
-    std::printf("%8lld %10.3f %10.2f %11.3f %10.2f | %9.3f %9.2f %8.1f %6.1f | %9.3f %9.2f %8.1f %6.1f\n",
-                static_cast<long long>(k.tokens), worst.layer_ms, worst.layer_ms * 1e3 / total, k.single_ms,
+    std::printf("%8lld %10.3f %10.2f %10.3f %10.3f %11.3f %10.2f | %9.3f %9.2f %8.1f %6.1f | %9.3f %9.2f %8.1f %6.1f\n",
+                static_cast<long long>(k.tokens), worst.layer_ms, worst.layer_ms * 1e3 / total, worst.fixed_ms,
+                worst.graph_ms, k.single_ms,
                 k.single_ms * 1e3 / total, worst.dispatch_ms, worst.dispatch_remote_bytes / 1e6, dgbs,
                 100.0 * dgbs / link.gbs, worst.combine_ms, worst.combine_remote_bytes / 1e6, cgbs, 100.0 * cgbs / link.gbs);
   }
-  std::printf("(EP ms: the slowest rank, barrier to end of device work; steps: the slowest rank's median with its "
-              "bytes to other ranks; 1-dev: rank 0's device alone on all N T tokens, wall clock)\n");
+  std::printf("(EP ms: the slowest rank, barrier to end of device work; fixed, graph: capacity T, eager and from a "
+              "CUDA graph (0: CPU ranks), the same; steps: the slowest rank's median with its bytes to other ranks; "
+              "1-dev: rank 0's device alone on all N T tokens, wall clock)\n");
   std::fflush(stdout);
 }
 
@@ -130,7 +142,44 @@ struct Batch {
 struct EpLayers {
   Layer* plain;     // EpTiming::plain: the layer's time
   Layer* profiled;  // EpTiming::barriers: each step's time
+  Layer* fixed;     // EpOptions::capacity T: no host in the forward
+  Communicator* comm;  // the layers' (NCCL on GPUs)
 };
+
+#ifdef MOEKIT_HAVE_CUDA
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#endif
+
+// The fixed-capacity forward, waited for through the communicator (its timeout), eager and on a
+// GPU replayed from a CUDA graph of one forward.
+void measure_fixed(Communicator& world, const EpLayers& layers, const FusedArgs& args, int runs, RankRow& row) {
+  Layer& fixed = *layers.fixed;
+  Communicator& comm = *layers.comm;
+  row.fixed_ms = median_ms(world, runs, [&] {
+    fixed.forward(args);
+    comm.synchronize(nullptr);
+  });
+#ifdef MOEKIT_HAVE_CUDA
+  if (fixed.device() != Device::cuda) return;
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  fixed.forward(args, stream);
+  check(cudaStreamEndCapture(stream, &graph), "capture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  row.graph_ms = median_ms(world, runs, [&] {
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    comm.synchronize(stream);
+  });
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(stream);
+#endif
+}
 
 // This rank's medians for T tokens per rank, gathered from every rank.
 Case measure_ep(Communicator& world, const Batch& batch, const EpLayers& layers, std::int64_t t, int runs) {
@@ -159,6 +208,7 @@ Case measure_ep(Communicator& world, const Batch& batch, const EpLayers& layers,
   }
   row.dispatch_ms = median(dispatch);
   row.combine_ms = median(combine);
+  measure_fixed(world, layers, FusedArgs{d_hidden.view(), d_logits.view(), d_out.view(), {}, {}}, runs, row);
   Case k;
   k.tokens = t;
   k.ranks.resize(std::size_t(world.size()));
@@ -186,7 +236,7 @@ double single_device_ms(Layer& single, const Batch& batch, std::int64_t tokens_p
   return median(ms);
 }
 
-int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, std::chrono::milliseconds timeout) {
+int bench_ranks(const Args& args, int local_rank, Communicator& world, std::chrono::milliseconds timeout) {
   const int n = world.size(), rank = world.rank();
   const std::string preset = args.get("preset", "");
   if (preset.empty() || preset.find(',') != std::string::npos) throw UsageError("--ep: give one --preset NAME");
@@ -202,7 +252,7 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
   const Device device = backend == "cpu" ? Device::cpu : Device::cuda;
   const int runs = int(args.get_int("runs", device == Device::cuda ? 20 : 3, 1, 10000));
   std::unique_ptr<Communicator> nccl;
-  if (device == Device::cuda) nccl = make_nccl_communicator(world, mpi.local_rank(), {timeout});
+  if (device == Device::cuda) nccl = make_nccl_communicator(world, local_rank, {timeout});
   Communicator& comm = nccl ? *nccl : world;
 
   std::vector<EpCombine> combines;
@@ -233,7 +283,11 @@ int bench_ranks(const Args& args, const MpiSession& mpi, Communicator& world, st
       if (rank == 0)
         std::fprintf(stderr, "bench --ep: combine %s, T=%lld per rank...\n", std::string(to_string(combine)).c_str(),
                      static_cast<long long>(t));
-      cases.push_back(measure_ep(world, batch, {&layer, &profiled}, t, runs));
+      LayerOptions fixed_options = options;
+      fixed_options.ep.timing = EpTiming::plain;
+      fixed_options.ep.capacity = t;
+      Layer fixed(mine, local.weights(), fixed_options);
+      cases.push_back(measure_ep(world, batch, {&layer, &profiled, &fixed, &comm}, t, runs));
     }
     results.emplace_back(layer.ep_combine(), cases);
   }
@@ -261,14 +315,14 @@ int cmd_bench_ep(const Args& args) {
   const int ep = int(args.get_int("ep", 1, 1, 1 << 16));
   for (const char* flag : {"inputs", "name", "json", "stages", "graph", "routing"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + ": not with --ep");
-  require_mpi_launch(ep, "bench");
   // Rank 0 builds the single-device layer while the others wait: a long timeout.
   const std::chrono::milliseconds timeout = std::chrono::seconds(1800);
+  require_mpi_launch(ep, "bench");
   MpiSession mpi(nullptr, nullptr);
   std::unique_ptr<Communicator> world = make_mpi_communicator({timeout});
   const int rank = world->rank();
   try {
-    return bench_ranks(args, mpi, *world, timeout);
+    return bench_ranks(args, mpi.local_rank(), *world, timeout);
   } catch (const UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "moekit bench: %s\n", e.what());
     return 2;

@@ -19,7 +19,12 @@ namespace {
 
 thread_local bool t_inside_job = false;
 
-// Workers sleep until a job is posted; the caller works on the job too.
+// Workers sleep until a job is posted; the caller works on the job too. Each job's state is its
+// own (on the caller's stack): a worker takes the job under the mutex and works on that job
+// alone, and run() returns once every chunk is done and no worker holds the job any more.
+// (Issue #19: one state shared by every job let a worker that was late leaving job G read job
+// G + 1's chunk count before its counter was reset, run a chunk twice and push the done count
+// past the total, which run() then waited for forever: the differential campaign's rare hangs.)
 class Pool {
  public:
   explicit Pool(int threads) {
@@ -36,52 +41,64 @@ class Pool {
 
   void run(std::int64_t chunks, const std::function<void(std::int64_t)>& chunk) {
     std::unique_lock<std::mutex> serial(run_mutex_);  // one job at a time
+    Job job(chunk, chunks);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      job_ = &chunk;
-      total_ = chunks;
-      next_.store(0);
-      done_ = 0;
-      error_ = nullptr;
+      job_ = &job;
       ++generation_;
     }
     wake_.notify_all();
-    work();
+    work(job);
     std::unique_lock<std::mutex> lock(mutex_);
-    finished_.wait(lock, [&] { return done_ == total_; });
-    job_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    job_ = nullptr;  // no worker takes it from here on
+    finished_.wait(lock, [&] { return job.done == job.total && job.holders == 0; });
+    if (job.error) std::rethrow_exception(job.error);
   }
 
  private:
+  struct Job {
+    Job(const std::function<void(std::int64_t)>& b, std::int64_t n) : body(b), total(n) {}
+    const std::function<void(std::int64_t)>& body;
+    const std::int64_t total;
+    std::atomic<std::int64_t> next{0};
+    std::int64_t done = 0;  // chunks finished (mutex_)
+    int holders = 0;        // workers inside work() on this job (mutex_)
+    std::exception_ptr error;
+  };
+
   void worker_loop() {
     std::uint64_t seen = 0;
     for (;;) {
+      Job* job = nullptr;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
         if (stopping_) return;
         seen = generation_;
+        job = job_;
+        ++job->holders;
       }
-      work();
+      work(*job);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--job->holders == 0) finished_.notify_all();
     }
   }
 
-  void work() {
+  void work(Job& job) {
     for (;;) {
-      const std::int64_t i = next_.fetch_add(1);
-      if (i >= total_) return;
+      const std::int64_t i = job.next.fetch_add(1);
+      if (i >= job.total) return;
       try {
         t_inside_job = true;
-        (*job_)(i);
+        job.body(i);
         t_inside_job = false;
       } catch (...) {
         t_inside_job = false;
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!error_) error_ = std::current_exception();
+        if (!job.error) job.error = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(mutex_);
-      if (++done_ == total_) finished_.notify_all();
+      if (++job.done == job.total) finished_.notify_all();
     }
   }
 
@@ -90,12 +107,8 @@ class Pool {
   std::condition_variable wake_;
   std::condition_variable finished_;
   std::vector<std::thread> workers_;
-  const std::function<void(std::int64_t)>* job_ = nullptr;
-  std::int64_t total_ = 0;
-  std::atomic<std::int64_t> next_{0};
-  std::int64_t done_ = 0;
+  Job* job_ = nullptr;  // the job being posted (mutex_)
   std::uint64_t generation_ = 0;
-  std::exception_ptr error_;
   bool stopping_ = false;
 };
 

@@ -154,7 +154,7 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
           d_q.poison();
           d_scales.poison();
           test::DeviceWorkspace ws(cuda::activation::workspace_size(problem));
-          cuda::activation::run(problem, {d_h1.data(), {d_offsets.data(), d_counts.data()}, d_given.data(), d_q.data(), d_scales.data()},
+          cuda::activation::run(problem, {d_h1.data(), {d_offsets.data(), d_counts.data()}, d_given.data(), d_q.data(), d_scales.data(), {}},
                                 ws.get(), nullptr);
           test::sync_and_check();
           const auto got_q = d_q.download();

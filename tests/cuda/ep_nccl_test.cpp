@@ -234,7 +234,7 @@ TEST(CudaEpPlan, FixedPlanMatchesTheHostPlan) {
                      std::string(to_string(combine)));
         const std::int64_t experts = shape.local_experts * shape.ranks, slots = shape.tokens * shape.k;
         const std::int64_t records = shape.ranks * shape.capacity;
-        std::vector<std::int32_t> ids(std::size_t(slots)), host_ids(ids.size());
+        std::vector<std::int32_t> ids(static_cast<std::size_t>(slots)), host_ids(ids.size());
         std::vector<float> weights(ids.size());
         std::uniform_int_distribution<std::int32_t> any(-1, std::int32_t(experts - 1));
         std::uniform_int_distribution<std::int32_t> last(std::int32_t(experts - shape.local_experts),
@@ -251,7 +251,8 @@ TEST(CudaEpPlan, FixedPlanMatchesTheHostPlan) {
           weights[i] = weight(rng);
         }
         const bool exact = combine == EpCombine::exact;
-        std::vector<std::int32_t> token(std::size_t(records)), plan_ids(std::size_t(records * shape.k));
+        std::vector<std::int32_t> token(static_cast<std::size_t>(records)),
+            plan_ids(static_cast<std::size_t>(records * shape.k));
         std::vector<float> plan_weights(plan_ids.size());
         std::vector<std::int32_t> slot_rows(exact ? std::size_t(slots) : 0),
             token_rows(exact ? 0 : std::size_t(shape.tokens * shape.ranks));
@@ -370,6 +371,8 @@ TEST(CudaEpNccl, FixedCapacityLayerIsCapturedInAGraph) {
       ASSERT_EQ(cudaMemcpy(h.as<void>(), hidden.view().data, hidden.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(l.as<void>(), logits.view().data, logits.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemset(out_ep.as<void>(), 0xff, std::size_t(tokens * c.hidden_size) * 2), cudaSuccess);
+      // The copies ran on the legacy stream, which a non-blocking stream does not wait for.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     };
     for (const EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
       SCOPED_TRACE(std::string(to_string(scheme)) + " " + std::string(to_string(combine)));

@@ -95,7 +95,7 @@ TEST(CudaQuantize, EverySchemeMatchesTheCpuBitForBit) {
     d_q.poison();
     d_scales.poison();
     test::DeviceWorkspace ws(cuda::quant::workspace_size(problem));
-    cuda::quant::run(problem, {d_hidden.data(), d_weights.data(), d_given.data(), d_q.data(), d_scales.data()}, ws.get(),
+    cuda::quant::run(problem, {d_hidden.data(), d_weights.data(), d_given.data(), d_q.data(), d_scales.data(), {}}, ws.get(),
                      nullptr);
     test::sync_and_check();
     const auto gpu_q = d_q.download();

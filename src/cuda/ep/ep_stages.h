@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/ep_stages.h"
+#include "core/stages.h"
 
 namespace moekit::cuda {
 

@@ -214,7 +214,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     barrier_arrive(empty + 8 * s);  // every thread, after its own reads
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   };
-  auto converted = [] { asm volatile("bar.sync %0, %1;\n" ::"n"(kBarrierConverted), "n"(kConverters) : "memory"); };
+  // The unaligned form: the two warpgroups reach it from different instructions (the loop of a
+  // warpgroup without rows, block() of one with them); bar.sync promises one instruction, and
+  // compute-sanitizer synccheck reported the divergence.
+  auto converted = [] { asm volatile("barrier.sync %0, %1;\n" ::"n"(kBarrierConverted), "n"(kConverters) : "memory"); };
 
   convert(0, frag[0], s_lo[0], s_hi[0]);
   converted();
