@@ -72,8 +72,9 @@ class CudaEpStages final : public core::EpStages {
 
 std::unique_ptr<core::EpStages> make_ep_stages() { return std::make_unique<CudaEpStages>(); }
 
-void all_reduce_max(Communicator& group, float* values, std::int64_t count, Stream stream) {
-  group.all_reduce_max(values, count, stream);
+std::function<void(float* amax)> group_amax(const core::StageProblem& p, Stream stream) {
+  if (!p.group || p.config.quant.scheme != QuantScheme::fp8_tensor) return {};
+  return [group = p.group, stream](float* amax) { group->all_reduce_max(amax, 1, stream); };
 }
 
 }  // namespace moekit::cuda

@@ -3,7 +3,7 @@
 // (make_nccl_communicator).
 #pragma once
 
-#include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/ep_stages.h"
@@ -13,8 +13,9 @@ namespace moekit::cuda {
 
 std::unique_ptr<core::EpStages> make_ep_stages();
 
-// group.all_reduce_max(values, count, stream), for CUDA sources (C++17; moekit/comm.h is C++20):
-// the group-wide fp8-tensor amax of the quantize and activation stages under EP.
-void all_reduce_max(Communicator& group, float* values, std::int64_t count, Stream stream);
+// The quantize and activation stages' reduce_amax under EP: a dynamic fp8-tensor amax made the
+// group's (p.group's all_reduce_max on stream); empty without a group or for another scheme.
+// Here for CUDA sources (C++17), which cannot include moekit/comm.h (C++20).
+std::function<void(float* amax)> group_amax(const core::StageProblem& p, Stream stream);
 
 }  // namespace moekit::cuda

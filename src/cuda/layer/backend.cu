@@ -55,8 +55,7 @@ class Prepare final : public core::PrepareStage {
     a.given_scale = weights_.w13_input_scale.ptr<float>();
     a.q = args.out.q.data;
     a.scales = args.out.scales.defined() ? args.out.scales.ptr<float>() : nullptr;
-    if (p.group && p.config.quant.scheme == QuantScheme::fp8_tensor)
-      a.reduce_amax = [group = p.group, stream](float* amax) { all_reduce_max(*group, amax, 1, stream); };
+    a.reduce_amax = group_amax(p, stream);
     quant::run(problem(p), a, ws, stream);
   }
 

@@ -153,8 +153,7 @@ class Experts final : public core::ExpertsStage {
     act.given_scale = weights_.w2_input_scale.ptr<float>();
     act.q = b.q2;
     act.scales = b.s2;
-    if (p.group && scheme == QuantScheme::fp8_tensor)
-      act.reduce_amax = [group = p.group, stream](float* amax) { all_reduce_max(*group, amax, 1, stream); };
+    act.reduce_amax = group_amax(p, stream);
     activation::run(activation_problem(p), act, b.act_ws, stream);
     if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
 
