@@ -3,7 +3,11 @@
 // the rows that carry data, `pad` is the share of computed rows that are tile padding.
 //   grouped_gemm_bench [--groups G --rows M --n N --k K]   (default: the issue's cases)
 //   grouped_gemm_bench --masked | --decode                  (the masked-format cases; decode's and them)
+//   grouped_gemm_bench --cases FILE   fp8-block cases, one a line: `label N K rows0 rows1 ...` (a group's
+//                                     rows each; e.g. a layer file's routing, as DeepGEMM's peer runs them)
 //   MOEKIT_BENCH_NO_F16=1: leave out the f16 (strict) tiles
+//   MOEKIT_BENCH_TILES=a,b: only the tiles whose name contains one of these (e.g. persistent,cooperative)
+// Groups sit in A and D as the layer's plan puts them: each padded to 16 rows, the counts given.
 // Ragged cases take each group's rows from a routing: T tokens, each to top_k distinct experts of
 // E drawn uniformly (seeded), as deepseek-v3's T = 4096 routing spreads ~128 +- 11 rows.
 #include <cuda_runtime.h>
@@ -56,10 +60,13 @@ struct Case {
   long long rows_per_group, n, k;
   int routed_tokens = 0, top_k = 0;  // > 0: rows per group from a uniform random routing
   long long capacity = 0;            // > 0: the masked format, each group in a block of this many rows
+  std::vector<long long> given = {};  // non-empty: each group's rows (--cases)
+  std::string label = {};
 };
 
 // Rows per expert of `tokens` tokens routed each to top_k distinct experts, uniformly.
 std::vector<long long> routed_rows(const Case& c) {
+  if (!c.given.empty()) return c.given;
   std::vector<long long> rows(std::size_t(c.groups), c.rows_per_group);
   if (c.routed_tokens == 0) return rows;
   std::fill(rows.begin(), rows.end(), 0);
@@ -84,6 +91,11 @@ long long computed_rows(long long rows, GemmTile tile) {
       const long long full = rows / 192 * 192, rest = rows - full;
       return full + (rest + 63) / 64 * 64;
     }
+    case GemmTile::m128_n128_persistent:
+    case GemmTile::m128_n192_persistent: {  // a warpgroup of 64 rows skips a short last tile
+      const long long full = rows / 128 * 128, rest = rows - full;
+      return full + (rest + 63) / 64 * 64;
+    }
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:
     case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;
@@ -95,6 +107,50 @@ long long computed_rows(long long rows, GemmTile tile) {
   }
 }
 
+// MOEKIT_BENCH_TILES: a comma-separated list of parts of tile names; unset: every tile.
+bool selected(GemmTile tile) {
+  const char* env = std::getenv("MOEKIT_BENCH_TILES");
+  if (!env || !*env) return true;
+  const std::string name(moekit::cuda::to_string(tile)), list(env);
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    const std::string part = list.substr(at, end - at);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// --cases FILE: one fp8-block case a line, `label N K rows0 rows1 ...`.
+std::vector<Case> read_cases(const char* path) {
+  std::vector<Case> out;
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) {
+    std::fprintf(stderr, "--cases: cannot open %s\n", path);
+    std::exit(2);
+  }
+  char line[1 << 16];
+  while (std::fgets(line, sizeof line, f)) {
+    Case c{GemmKind::fp8_block, 0, 0, 0, 0};
+    char label[256];
+    int used = 0;
+    if (std::sscanf(line, "%255s %lld %lld%n", label, &c.n, &c.k, &used) != 3) continue;
+    c.label = label;
+    for (const char* p = line + used;;) {
+      char* end = nullptr;
+      const long long r = std::strtoll(p, &end, 10);
+      if (end == p) break;
+      c.given.push_back(r < 0 ? 0 : r);
+      p = end;
+    }
+    c.groups = int(c.given.size());
+    if (c.groups > 0 && c.n > 0 && c.k > 0) out.push_back(c);
+  }
+  std::fclose(f);
+  return out;
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -102,9 +158,9 @@ double median(std::vector<float> v) {
 
 void run_case(const Case& c) {
   const std::vector<long long> group_rows = routed_rows(c);
-  long long data = 0, max_group = 0;
-  for (long long r : group_rows) data += r, max_group = std::max(max_group, r);
-  const long long rows = c.capacity > 0 ? c.groups * c.capacity : data;  // rows of A and D
+  long long data = 0, max_group = 0, padded = 0;
+  for (long long r : group_rows) data += r, max_group = std::max(max_group, r), padded += (r + 15) / 16 * 16;
+  const long long rows = c.capacity > 0 ? c.groups * c.capacity : padded;  // rows of A and D
   const bool fp8 = c.kind != GemmKind::bf16;
   const std::size_t elem = fp8 ? 1 : 2;
   const long long kb = (c.k + 127) / 128, nb = c.kind == GemmKind::fp8_block ? (c.n + 127) / 128 : c.n;
@@ -119,12 +175,13 @@ void run_case(const Case& c) {
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(a), rows * c.k * elem, fp8, 1);
   fill_random<<<1024, 256>>>(static_cast<unsigned char*>(w), c.groups * c.n * c.k * elem, fp8, 2);
   fill_scales<<<256, 256>>>(static_cast<float*>(a_s), rows * kb + 128 * 64, 3);
+  CHECK(cudaMemset(d, 0xff, rows * c.n * 2));  // NaN: the rows a kernel leaves unwritten
   fill_scales<<<256, 256>>>(static_cast<float*>(w_s), c.groups * kb * nb + 128, 4);
   std::vector<int> off(c.groups + 1);
   std::vector<int> cnt(c.groups);
   for (int e = 0; e < c.groups; ++e) {
     cnt[e] = int(group_rows[std::size_t(e)]);
-    off[e + 1] = off[e] + (c.capacity > 0 ? int(c.capacity) : cnt[e]);
+    off[e + 1] = off[e] + (c.capacity > 0 ? int(c.capacity) : (cnt[e] + 15) / 16 * 16);
   }
   CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(counts, cnt.data(), cnt.size() * sizeof(int), cudaMemcpyHostToDevice));
@@ -139,7 +196,8 @@ void run_case(const Case& c) {
     if (decode && max_group > 32) continue;  // decode only
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
-    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, rows};
+    if (!selected(tile)) continue;
+    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, data};
     const moekit::cuda::GroupedGemmConfig config{tile};
     const moekit::Status ok = moekit::cuda::can_implement(desc, config);
     if (!ok) {
@@ -156,7 +214,7 @@ void run_case(const Case& c) {
     args.w = w;
     args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
     args.d = static_cast<moekit::bf16*>(d);
-    if (c.capacity > 0) args.counts = static_cast<const std::int32_t*>(counts);
+    args.counts = static_cast<const std::int32_t*>(counts);
     for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -174,7 +232,8 @@ void run_case(const Case& c) {
     const double ms = median(times);
     long long computed = 0;
     for (long long r : group_rows) computed += computed_rows(r, tile);
-    const std::string shape = c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
+    const std::string shape = !c.label.empty() ? c.label
+                              : c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
                               : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)
                                                : "rows/group=" + std::to_string(c.rows_per_group);
     std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s W %7.0f GB/s pad %4.1f%%\n",
@@ -216,6 +275,8 @@ int main(int argc, char** argv) {
   } else if (argc == 2 && std::strcmp(argv[1], "--decode") == 0) {
     cases = decode;
     cases.insert(cases.end(), masked.begin(), masked.end());
+  } else if (argc == 3 && std::strcmp(argv[1], "--cases") == 0) {
+    cases = read_cases(argv[2]);
   } else if (argc == 9) {
     cases.push_back({GemmKind::fp8_block, std::atoi(argv[2]), std::atoll(argv[4]), std::atoll(argv[6]), std::atoll(argv[8])});
   } else {

@@ -47,6 +47,9 @@ const Shape kShapes[] = {
                               166, 142, 137, 1},
      640, 512},
     {"one_group_4096_rows_n128_k256", {0, 4096, 0}, 128, 256},
+    // most groups empty, a few of 8 and 63 rows; one hot group holding most rows (skewed routing)
+    {"most_empty_n384_k256", {0, 0, 0, 8, 0, 0, 63, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 384, 256},
+    {"skewed_hot_group_n576_k640", {3, 0, 0, 1500, 0, 12, 0, 0, 70, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 140}, 576, 640},
 };
 
 // MOEKIT_CUDA_TEST_SMALL (sanitizer runs): the shapes of more than 2^20 weights per group give
@@ -203,6 +206,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::tokens8_n128_wgmma ? "_decode8_"
                      : info.param.tile == GemmTile::tokens16_n128_wgmma ? "_decode16_"
                      : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
+                     : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
+                     : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
                                                                    : "_m128_";
   const Padding pad = info.param.padding;
   return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
@@ -312,7 +317,8 @@ std::vector<Case> all_cases() {
           if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
-                            GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16})
+                            GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
+                            GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
           for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
@@ -327,6 +333,72 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(all_cases()), case_name);
+
+// The persistent tiles: a rerun and a CUDA graph's replays give the same bits (no atomics, a fixed
+// tile walk), on skewed groups in the layer's padded layout.
+class CudaGroupedGemmPersistent : public ::testing::TestWithParam<GemmTile> {};
+
+TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const Shape s{"skewed", {0, 700, 0, 0, 5, 0, 129, 0, 0, 64, 0, 0}, 576, 1152};
+  const HostOperands h = make_operands(GemmKind::fp8_block, s, rng);
+  const DeviceLayout layout = device_layout(GemmKind::fp8_block, h, s.k, 16, 0);
+  const std::int64_t groups = std::int64_t(s.rows.size()), device_rows = layout.offsets.back();
+  const cuda::GroupedGemmDesc desc{GemmKind::fp8_block, groups, s.n, s.k, device_rows, h.offsets.back()};
+  const cuda::GroupedGemmConfig config{GetParam()};
+  ASSERT_TRUE(cuda::can_implement(desc, config));
+  DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
+  a.upload(layout.a);
+  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
+  std::vector<float> sa = layout.a_scales, sw = device_w_scales(GemmKind::fp8_block, h, s.n, s.k);
+  sa.resize(sa.size() + 128 * 64, 1.0f);
+  DeviceArray<float> a_scales(sa), w_scales(sw);
+  DeviceArray<std::int32_t> offsets(layout.offsets), counts(layout.counts);
+  DeviceArray<bf16> d(std::size_t(device_rows * s.n));
+  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(desc, config));
+  cuda::GroupedGemmArgs args{a.data(), a_scales.data(), offsets.data(), w.data(), w_scales.data(), d.data(), counts.data()};
+  auto run = [&](cudaStream_t stream) {
+    d.poison();
+    cuda::run_grouped_gemm(desc, config, args, workspace.data(), stream);
+  };
+  run(nullptr);
+  sync_and_check();
+  const std::vector<bf16> first = d.download();
+  run(nullptr);
+  sync_and_check();
+  const std::vector<bf16> second = d.download();
+  for (std::size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i].bits, second[i].bits) << "rerun, element " << i;
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cuda::run_grouped_gemm(desc, config, args, workspace.data(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    d.poison();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the poison (legacy stream) before the replay
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<bf16> replayed = d.download();
+    for (std::size_t i = 0; i < first.size(); ++i)
+      ASSERT_EQ(first[i].bits, replayed[i].bits) << "graph replay " << replay << ", element " << i;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
+                         ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent),
+                         [](const ::testing::TestParamInfo<GemmTile>& info) {
+                           return info.param == GemmTile::m128_n128_persistent ? std::string("n128") : std::string("n192");
+                         });
 
 }  // namespace
 }  // namespace moekit::test

@@ -53,6 +53,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens8_n128_wgmma: return "8 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::tokens16_n128_wgmma: return "16 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::tokens32_n128_wgmma: return "32 rows x 128 wgmma (W as A), f32 every 128 K";
+    case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
+    case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
   }
   return "?";
 }

@@ -38,6 +38,8 @@ enum class GemmTile : std::uint8_t {
   tokens8_n128_wgmma,     // moekit's decode kernel (fp8_block): W as WGMMA's 64-row operand, a group's
   tokens16_n128_wgmma,    //   rows as its N of 8, 16 or 32; f32 every 128 K; persistent, 2 blocks/SM
   tokens32_n128_wgmma,
+  m128_n128_persistent,   // moekit's persistent block-scaled kernel (fp8_block): 2 warpgroups of 64 rows,
+  m128_n192_persistent,   //   f32 every 128 K, scales staged with the tiles; 192 columns straddle 2 W scales
 };
 
 // Every tile, in the order above.
@@ -45,7 +47,8 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong,  GemmTile::rows8_warp_mma,
     GemmTile::m192_n128_wgmma,       GemmTile::m128_n128_wgmma,    GemmTile::m64_n128_wgmma,
     GemmTile::m192_n128_wgmma_k128,  GemmTile::m128_n128_f16,      GemmTile::m64_n128_f16,
-    GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma};
+    GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
+    GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

@@ -129,6 +129,9 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) 
   MOEKIT_WGMMA_D32(C), MOEKIT_WGMMA_D8(C, 32), MOEKIT_WGMMA_D8(C, 40), MOEKIT_WGMMA_D8(C, 48), MOEKIT_WGMMA_D8(C, 56)
 #define MOEKIT_WGMMA_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define MOEKIT_WGMMA_R64 MOEKIT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MOEKIT_WGMMA_D96(C) \
+  MOEKIT_WGMMA_D64(C), MOEKIT_WGMMA_D8(C, 64), MOEKIT_WGMMA_D8(C, 72), MOEKIT_WGMMA_D8(C, 80), MOEKIT_WGMMA_D8(C, 88)
+#define MOEKIT_WGMMA_R96 MOEKIT_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 
 // Keeps the compiler from moving accesses of the accumulator registers across the async WGMMA.
 template <int kN>

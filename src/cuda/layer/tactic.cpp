@@ -36,6 +36,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     case GemmSums::tensor_core:
       tiles = {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong};
       if (kind == GemmKind::fp8_channel && !batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma_k128);
+      if (kind == GemmKind::fp8_block)
+        tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent});
       break;
     case GemmSums::k32:
       tiles = {GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma};
@@ -98,6 +100,8 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens8_n128_wgmma: return "tokens8_n128_wgmma";
     case GemmTile::tokens16_n128_wgmma: return "tokens16_n128_wgmma";
     case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
+    case GemmTile::m128_n128_persistent: return "m128_n128_persistent";
+    case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
   }
   return "";
 }

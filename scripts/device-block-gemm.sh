@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# moekit's FP8 block-scaled grouped GEMM on a GPU machine, in one call: build (CUDA, 16 jobs), its
+# tests, grouped_gemm_bench on bench/cases/prefill.txt beside CUTLASS's tiles, optionally ncu on it
+# and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
+# table last.
+#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu layer peers)
+#   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
+#   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
+#   carry: .cutlass .gtest (no registry there), .peers for the peers step
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/device-out}"
+mkdir -p "$out"
+steps="${MOEKIT_BLOCK_STEPS:-tests bench}"
+export PATH="/usr/local/cuda/bin:$PATH"
+export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1
+build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+targets="grouped_gemm_bench test_cuda"
+[[ " $steps " == *" layer "* ]] && targets="$targets moekit_cli"
+start=$(date +%s)
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
+      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" >"$out/build.log" 2>&1 ||
+   ! cmake --build "$build" -j 16 --target $targets >>"$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -n 30
+  echo "BUILD FAILED"
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+status=0
+if [[ " $steps " == *" tests "* ]]; then
+  echo "== test_cuda ${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}"
+  timeout 300 "$build/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}" \
+    >"$out/tests.log" 2>&1 || status=1
+  grep -E "^\[  FAILED|^\[  PASSED|Failure|error|Expected|Which is" "$out/tests.log" | head -n 40
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  echo "== grouped_gemm_bench --cases"
+  MOEKIT_BENCH_TILES="${MOEKIT_BENCH_TILES:-persistent,cooperative,ping-pong}" timeout 300 \
+    "$build/bench/grouped_gemm_bench" --cases "$root/bench/cases/prefill.txt" >"$out/gemm.log" 2>&1 || status=1
+fi
+if [[ " $steps " == *" ncu "* ]]; then
+  echo "== ncu (the first case, persistent tiles)"
+  head -n 3 "$root/bench/cases/prefill.txt" | grep -v "^#" >/tmp/ncu_case.txt
+  MOEKIT_BENCH_TILES=persistent timeout 240 ncu --clock-control none -k regex:fp8_block_gemm -c 2 \
+    --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__warp_issue_stalled_barrier_per_warp_active.pct,launch__registers_per_thread \
+    "$build/bench/grouped_gemm_bench" --cases /tmp/ncu_case.txt >"$out/ncu.log" 2>&1 || status=1
+  grep -E "fp8_block_gemm|pct|registers|wavefronts" "$out/ncu.log" | head -n 20
+fi
+if [[ " $steps " == *" peers "* ]]; then
+  echo "== DeepGEMM on the same groups"
+  dg="$root/.peers/deepgemm"
+  python3 - "$root/bench/cases/prefill.txt" >/tmp/dg_cases.json <<'EOF'
+import json, sys
+out = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f or f[0].startswith('#') or not f[0].startswith(('v3g', 'hot')):
+        continue
+    out[f[0]] = {'desc': f[0], 'counts': [int(x) for x in f[3:]], 'gemm': 1 if f[1] == '4096' else 2}
+print(json.dumps(out))
+EOF
+  torch_dir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
+  py_inc=$(python3 -c 'import sysconfig;print(sysconfig.get_paths()["include"])')
+  (cd "$dg" && ./build_ext.sh "$torch_dir" "$py_inc" /usr/local/cuda "$dg/DeepGEMM/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" \
+     >"$out/dg_build.log" 2>&1 && DG_EXTRA_CASES=/tmp/dg_cases.json timeout 400 python3 bench_dg.py --out /tmp/dg \
+     >"$out/dg.log" 2>&1) || status=1
+  tail -n 30 "$out/dg.log"
+fi
+echo "== summary (TFLOP/s count the rows that carry data)"
+[ -f "$out/gemm.log" ] && grep -E "TFLOP|skipped" "$out/gemm.log" | cut -c1-175
+exit $status
