@@ -92,7 +92,8 @@ long long computed_rows(long long rows, GemmTile tile) {
       return full + (rest + 63) / 64 * 64;
     }
     case GemmTile::m128_n128_persistent:
-    case GemmTile::m128_n192_persistent: {  // a warpgroup of 64 rows skips a short last tile
+    case GemmTile::m128_n192_persistent:
+    case GemmTile::m128_n256_persistent_act: {  // a warpgroup of 64 rows skips a short last tile
       const long long full = rows / 128 * 128, rest = rows - full;
       return full + (rest + 63) / 64 * 64;
     }
@@ -197,7 +198,10 @@ void run_case(const Case& c) {
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
     if (!selected(tile)) continue;
-    const moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, data};
+    moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, data};
+    // GEMM1 + activation: N = 2I in, the activated FP8 rows [rows, I] and their scales out.
+    const bool activated = tile == GemmTile::m128_n256_persistent_act;
+    if (activated) desc.output = moekit::cuda::GemmOutput::activated_fp8;
     const moekit::cuda::GroupedGemmConfig config{tile};
     const moekit::Status ok = moekit::cuda::can_implement(desc, config);
     if (!ok) {
@@ -215,6 +219,12 @@ void run_case(const Case& c) {
     args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
     args.d = static_cast<moekit::bf16*>(d);
     args.counts = static_cast<const std::int32_t*>(counts);
+    void *act_q = nullptr, *act_scales = nullptr;
+    if (activated) {
+      CHECK(cudaMalloc(&act_q, rows * (c.n / 2)));
+      CHECK(cudaMalloc(&act_scales, rows * (c.n / 256) * sizeof(float)));
+      args.activated = {act_q, static_cast<float*>(act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
+    }
     for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -241,6 +251,8 @@ void run_case(const Case& c) {
                 c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6, weight_bytes / ms / 1e6,
                 computed > 0 ? 100.0 * double(computed - data) / double(computed) : 0.0);
     cudaFree(workspace);
+    cudaFree(act_q);
+    cudaFree(act_scales);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/rows.h"
+#include "cpu/activation.h"
 #include "cpu/gemm.h"
+#include "cpu/quant.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda_test_util.h"
 #include "moekit/quant.h"
@@ -398,6 +401,95 @@ INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            return info.param == GemmTile::m128_n128_persistent ? std::string("n128") : std::string("n192");
+                         });
+
+// GEMM1 + activation + requantization in one kernel (m128_n256_persistent_act) against the same
+// kernel's bf16 GEMM1 (m128_n128_persistent: the same WGMMAs and promotions per column) followed by
+// the CPU's activation and 1x128 quantization: the same FP8 codes and scales, bit for bit.
+struct ActCase {
+  Activation act;
+  Padding padding;
+};
+
+class CudaGroupedGemmActivated : public ::testing::TestWithParam<ActCase> {};
+
+TEST_P(CudaGroupedGemmActivated, MatchesTheBf16GemmThenTheCpuActivation) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const ActCase& c = GetParam();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::int64_t inter = 384;
+  const Shape s{"activated", {0, 37, 130, 0, 5, 300, 1, 64}, 2 * inter, 640};
+  const HostOperands h = make_operands(GemmKind::fp8_block, s, rng);
+  const DeviceLayout layout = device_layout(GemmKind::fp8_block, h, s.k, c.padding == Padding::aligned ? 16 : 1, 0);
+  const std::int64_t groups = std::int64_t(s.rows.size()), device_rows = layout.offsets.back();
+  const std::int64_t kb2 = inter / kBlock;
+  DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
+  a.upload(layout.a);
+  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
+  std::vector<float> sa = layout.a_scales, sw = device_w_scales(GemmKind::fp8_block, h, s.n, s.k);
+  sa.resize(sa.size() + 128 * 64, 1.0f);
+  DeviceArray<float> a_scales(sa), w_scales(sw);
+  DeviceArray<std::int32_t> offsets(layout.offsets), counts(layout.counts);
+  DeviceArray<bf16> d(std::size_t(device_rows * s.n));
+  DeviceArray<std::uint8_t> q(std::size_t(device_rows * inter));
+  DeviceArray<float> q_scales(std::size_t(device_rows * kb2));
+  cuda::GroupedGemmArgs args{a.data(), a_scales.data(), offsets.data(), w.data(), w_scales.data(), d.data(), counts.data()};
+  cuda::GroupedGemmDesc desc{GemmKind::fp8_block, groups, s.n, s.k, device_rows, h.offsets.back()};
+  ASSERT_TRUE(cuda::can_implement(desc, {GemmTile::m128_n128_persistent}));
+  d.poison();
+  cuda::run_grouped_gemm(desc, {GemmTile::m128_n128_persistent}, args, nullptr, nullptr);
+  sync_and_check();
+  const std::vector<bf16> gemm1 = d.download();
+
+  desc.output = cuda::GemmOutput::activated_fp8;
+  ASSERT_FALSE(cuda::can_implement(desc, {GemmTile::m128_n128_persistent}));
+  ASSERT_TRUE(cuda::can_implement(desc, {GemmTile::m128_n256_persistent_act}));
+  args.activated = {q.data(), q_scales.data(), c.act, 1.702f, 7.0f, false};
+  q.poison();
+  q_scales.poison();
+  cuda::run_grouped_gemm(desc, {GemmTile::m128_n256_persistent_act}, args, nullptr, nullptr);
+  sync_and_check();
+  const std::vector<std::uint8_t> got_q = q.download();
+  const std::vector<float> got_s = q_scales.download();
+
+  cpu::ActivationParams params;
+  params.activation = c.act;
+  params.intermediate_size = inter;
+  std::vector<float> activated(static_cast<std::size_t>(inter));
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(kBlock));
+  std::int64_t wrong_codes = 0, wrong_scales = 0, checked = 0;
+  for (std::int64_t e = 0; e < groups; ++e) {
+    const std::int64_t row0 = layout.offsets[std::size_t(e)], padded = layout.offsets[std::size_t(e) + 1] - row0;
+    for (std::int64_t r = 0; r < padded; ++r) {
+      const std::int64_t row = row0 + r;
+      if (r >= layout.counts[std::size_t(e)]) {  // padding: nothing written
+        for (std::int64_t j = 0; j < inter; ++j) ASSERT_EQ(got_q[std::size_t(row * inter + j)], 0xff) << "padding row " << row;
+        continue;
+      }
+      cpu::activate_row(params, gemm1.data() + row * s.n, activated.data());
+      for (std::int64_t b = 0; b < kb2; ++b) {
+        const float scale = fp8_scale(cpu::amax(activated.data() + b * kBlock, kBlock), ScaleFormat::f32);
+        cpu::quantize_with_scale(activated.data() + b * kBlock, kBlock, scale, codes.data());
+        const float got_scale = got_s[std::size_t(row0 * kb2 + b * padded + r)];
+        wrong_scales += std::memcmp(&got_scale, &scale, sizeof scale) != 0;
+        for (std::int64_t j = 0; j < kBlock; ++j) wrong_codes += got_q[std::size_t(row * inter + b * kBlock + j)] != codes[std::size_t(j)];
+        checked += kBlock;
+      }
+    }
+  }
+  EXPECT_EQ(wrong_scales, 0) << "scales that differ";
+  EXPECT_EQ(wrong_codes, 0) << "FP8 codes that differ, of " << checked;
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
+                         ::testing::Values(ActCase{Activation::silu_and_mul, Padding::aligned},
+                                           ActCase{Activation::silu_and_mul, Padding::none},
+                                           ActCase{Activation::gelu_and_mul, Padding::aligned},
+                                           ActCase{Activation::swiglu_oai, Padding::aligned}),
+                         [](const ::testing::TestParamInfo<ActCase>& info) {
+                           return std::string(to_string(info.param.act)) + (info.param.padding == Padding::none ? "_unpadded" : "_padded");
                          });
 
 }  // namespace

@@ -55,6 +55,7 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens32_n128_wgmma: return "32 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
+    case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
   }
   return "?";
 }
@@ -62,6 +63,7 @@ std::string_view to_string(GemmTile tile) {
 std::string GroupedGemmDesc::to_string() const {
   std::ostringstream os;
   os << cuda::to_string(kind) << " groups=" << groups << " N=" << n << " K=" << k << " max_rows=" << max_rows;
+  if (output == GemmOutput::activated_fp8) os << " out=activated-fp8";
   return os.str();
 }
 
@@ -165,6 +167,8 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
   // (a group's base row0 * K, rows past 2^31 / K), so only the row count is bounded here.
   if (desc.max_rows >= (std::int64_t(1) << 31))
     return Status::no("rows: expected below 2^31 (32-bit row offsets), given " + std::to_string(desc.max_rows));
+  if (desc.output == GemmOutput::activated_fp8 && config.tile != GemmTile::m128_n256_persistent_act)
+    return Status::no(config.to_string() + ": writes bf16, not the activated FP8 rows");
   const Entry* e = find(desc.kind, config.tile);
   if (!e) return Status::no("no grouped GEMM compiled for " + desc.to_string() + " with " + config.to_string());
   return e->can_implement(desc);

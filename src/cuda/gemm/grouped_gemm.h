@@ -40,6 +40,8 @@ enum class GemmTile : std::uint8_t {
   tokens32_n128_wgmma,
   m128_n128_persistent,   // moekit's persistent block-scaled kernel (fp8_block): 2 warpgroups of 64 rows,
   m128_n192_persistent,   //   f32 every 128 K, scales staged with the tiles; 192 columns straddle 2 W scales
+  m128_n256_persistent_act,  // the same for GEMM1 + activation + requantization (GemmOutput::activated_fp8):
+                             //   128 gate and the 128 up columns of the same channels
 };
 
 // Every tile, in the order above.
@@ -48,10 +50,15 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m192_n128_wgmma,       GemmTile::m128_n128_wgmma,    GemmTile::m64_n128_wgmma,
     GemmTile::m192_n128_wgmma_k128,  GemmTile::m128_n128_f16,      GemmTile::m64_n128_f16,
     GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
-    GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent};
+    GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
+
+// What a GEMM writes: D in bf16, or (GEMM1 of an fp8-block layer with a gated activation) the
+// activated rows requantized to FP8 with their 1x128 scales (GroupedGemmArgs::activated), the
+// activation stage fused into GEMM1's epilogue.
+enum class GemmOutput : std::uint8_t { bf16, activated_fp8 };
 
 // The problem, fixed for a layer: only the rows per group change from call to call.
 struct GroupedGemmDesc {
@@ -61,6 +68,7 @@ struct GroupedGemmDesc {
   std::int64_t k = 0;
   std::int64_t max_rows = 0;  // upper bound of offsets[groups]
   std::int64_t data_rows = 0;  // upper bound of the rows that carry data (T k); 0: max_rows
+  GemmOutput output = GemmOutput::bf16;
   std::string to_string() const;
 };
 
@@ -76,6 +84,16 @@ struct GroupedGemmConfig {
 //             fp8_channel: [groups, ceil(K/128), N], a channel's one scale repeated over the K blocks
 // (A zero stride over the K blocks would save the repeats, but CUTLASS 4.2's blockwise mainloop
 // does not honour it: measured wrong on the H200.)
+// GemmOutput::activated_fp8: N = 2I (gate rows, then up rows); the activated rows [rows, I] e4m3
+// and their scales in GEMM2's A layout (group e's [I/128, M_e] at scales + offsets[e] * I/128).
+struct ActivatedOut {
+  void* q = nullptr;
+  float* scales = nullptr;
+  Activation act = Activation::silu_and_mul;  // gated: not relu2
+  float alpha = 1.702f, limit = 7.0f;         // swiglu_oai
+  bool ue8m0 = false;
+};
+
 struct GroupedGemmArgs {
   const void* a = nullptr;
   const float* a_scales = nullptr;
@@ -88,6 +106,7 @@ struct GroupedGemmArgs {
   // every kernel but CUTLASS's FP8 ones (honours_counts) then computes and writes those rows alone.
   // null: every row of offsets
   const std::int32_t* counts = nullptr;
+  ActivatedOut activated = {};  // GemmOutput::activated_fp8 only (d unused then)
 };
 
 // Whether the kernel of (kind, tile) computes and writes only the first counts[e] rows of a

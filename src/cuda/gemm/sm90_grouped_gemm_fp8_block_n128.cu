@@ -4,6 +4,6 @@
 
 namespace moekit::cuda::sm90 {
 
-MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n128, 128)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n128, GemmOutput::bf16, fp8_block::run<128, Activation::silu_and_mul>)
 
 }  // namespace moekit::cuda::sm90

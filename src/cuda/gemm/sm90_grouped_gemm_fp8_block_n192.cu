@@ -4,6 +4,6 @@
 
 namespace moekit::cuda::sm90 {
 
-MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n192, 192)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n192, GemmOutput::bf16, fp8_block::run<192, Activation::silu_and_mul>)
 
 }  // namespace moekit::cuda::sm90

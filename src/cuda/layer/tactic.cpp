@@ -36,8 +36,10 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     case GemmSums::tensor_core:
       tiles = {GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong};
       if (kind == GemmKind::fp8_channel && !batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma_k128);
-      if (kind == GemmKind::fp8_block)
-        tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent});
+      if (kind == GemmKind::fp8_block) {
+        tiles.push_back(GemmTile::m128_n128_persistent);
+        tiles.push_back(GemmTile::m128_n192_persistent);
+      }
       break;
     case GemmSums::k32:
       tiles = {GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma};
