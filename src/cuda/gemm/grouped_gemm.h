@@ -25,6 +25,11 @@ enum class GemmKind : std::uint8_t {
   fp8_channel,   // A one scale per row, W one scale per output channel (rowwise; also per-tensor, broadcast)
 };
 
+// What a GEMM writes: D in bf16, or (GEMM1 of an fp8-block layer with a gated activation) the
+// activated rows requantized to FP8 with their 1x128 scales (GroupedGemmArgs::activated), the
+// activation stage fused into GEMM1's epilogue.
+enum class GemmOutput : std::uint8_t { bf16, activated_fp8 };
+
 enum class GemmTile : std::uint8_t {
   m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
   m64_n128_pingpong,      // 2 consumer warpgroups alternating 64-row tiles: small groups
@@ -44,6 +49,11 @@ enum class GemmTile : std::uint8_t {
                              //   128 gate and the 128 up columns of the same channels
 };
 
+// What a tile writes: the activated FP8 rows (m128_n256_persistent_act), else bf16.
+constexpr GemmOutput output_of(GemmTile tile) {
+  return tile == GemmTile::m128_n256_persistent_act ? GemmOutput::activated_fp8 : GemmOutput::bf16;
+}
+
 // Every tile, in the order above.
 inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m128_n128_cooperative, GemmTile::m64_n128_pingpong,  GemmTile::rows8_warp_mma,
@@ -54,11 +64,6 @@ inline constexpr GemmTile kAllGemmTiles[] = {
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
-
-// What a GEMM writes: D in bf16, or (GEMM1 of an fp8-block layer with a gated activation) the
-// activated rows requantized to FP8 with their 1x128 scales (GroupedGemmArgs::activated), the
-// activation stage fused into GEMM1's epilogue.
-enum class GemmOutput : std::uint8_t { bf16, activated_fp8 };
 
 // The problem, fixed for a layer: only the rows per group change from call to call.
 struct GroupedGemmDesc {

@@ -141,20 +141,27 @@ class Experts final : public core::ExpertsStage {
     if (channel) expand(b, b.s1, ceil_div(config_.hidden_size, kBlock), rows, stream, b.s1_gemm);
 
     const auto [g1, g2] = gemms(p, t);
+    // GEMM1 activates and requantizes its rows itself (fp8-block, gated): no activation stage.
+    const bool activated = g1.first.output == GemmOutput::activated_fp8;
     core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.data,
                        weights_.w13_scales.ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
+    if (activated)
+      a1.activated = {b.q2, b.s2, config_.activation, config_.swiglu_alpha, config_.swiglu_limit,
+                      config_.quant.scale_format == ScaleFormat::ue8m0};
     run_grouped_gemm(g1.first, g1.second, a1, b.gemm1_ws.data, stream);
 
-    core::mark_step(p, "activation", stream);
-    activation::Args act;
-    act.gemm1_out = b.h1;
-    act.plan = plan;
-    act.given_scale = weights_.w2_input_scale.ptr<float>();
-    act.q = b.q2;
-    act.scales = b.s2;
-    act.reduce_amax = group_amax(p, stream);
-    activation::run(activation_problem(p), act, b.act_ws, stream);
+    if (!activated) {
+      core::mark_step(p, "activation", stream);
+      activation::Args act;
+      act.gemm1_out = b.h1;
+      act.plan = plan;
+      act.given_scale = weights_.w2_input_scale.ptr<float>();
+      act.q = b.q2;
+      act.scales = b.s2;
+      act.reduce_amax = group_amax(p, stream);
+      activation::run(activation_problem(p), act, b.act_ws, stream);
+    }
     if (channel) expand(b, b.s2, ceil_div(config_.intermediate_size, kBlock), rows, stream, b.s2_gemm);
 
     core::mark_step(p, "gemm2", stream);
@@ -263,7 +270,8 @@ class Experts final : public core::ExpertsStage {
   // The two GEMMs and the tile the tactic gives each.
   std::pair<std::pair<GroupedGemmDesc, GroupedGemmConfig>, std::pair<GroupedGemmDesc, GroupedGemmConfig>> gemms(
       const core::StageProblem& p, const Tactic& t) const {
-    const StagedGemms g = staged_gemms({config_, p.tokens, max_rows(p), p.group != nullptr});
+    StagedGemms g = staged_gemms({config_, p.tokens, max_rows(p), p.group != nullptr});
+    g.gemm1.output = output_of(t.gemm1.tile);
     return {{g.gemm1, t.gemm1}, {g.gemm2, t.gemm2}};
   }
 

@@ -39,6 +39,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
       if (kind == GemmKind::fp8_block) {
         tiles.push_back(GemmTile::m128_n128_persistent);
         tiles.push_back(GemmTile::m128_n192_persistent);
+        tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
       }
       break;
     case GemmSums::k32:
@@ -74,8 +75,12 @@ PathChoice heuristic_path(const TacticProblem& p) {
   return {c.taken ? TacticPath::min_latency : TacticPath::staged, c.reason};
 }
 
-Status gemm_allowed(const char* which, const GroupedGemmDesc& desc, GemmTile tile, const StagedGemms& g, GemmSums sums,
+Status gemm_allowed(const char* which, GroupedGemmDesc desc, GemmTile tile, const StagedGemms& g, GemmSums sums,
                     const MoEConfig& c) {
+  // The activation fused into GEMM1 (its stage then skipped) needs a gated activation.
+  if (output_of(tile) == GemmOutput::activated_fp8 && !c.gated())
+    return Status::no(std::string(which) + " " + std::string(tile_id(tile)) + ": the activation is not gated");
+  desc.output = output_of(tile);
   const std::vector<GemmTile> tiles = allowed_tiles(desc.kind, sums, c.batch_invariant);
   const bool listed = std::find(tiles.begin(), tiles.end(), tile) != tiles.end();
   if (!listed && choose_gemm_config(desc, g.rows_per_group, sums, c.batch_invariant).config.tile != tile)
@@ -104,6 +109,7 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
     case GemmTile::m128_n128_persistent: return "m128_n128_persistent";
     case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
+    case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
   }
   return "";
 }
@@ -159,6 +165,8 @@ Status can_implement(const Tactic& t, const TacticProblem& p) {
   if (forced == ExpertsPath::min_latency) return Status::no("staged path: the layer's path is min-latency (--path min-latency)");
   const StagedGemms g = staged_gemms(p);
   if (Status s = gemm_allowed("GEMM1", g.gemm1, t.gemm1.tile, g, g.sums1, p.config); !s) return s;
+  if (output_of(t.gemm2.tile) != GemmOutput::bf16)
+    return Status::no("GEMM2 " + std::string(tile_id(t.gemm2.tile)) + ": activates GEMM1's output, not GEMM2's");
   return gemm_allowed("GEMM2", g.gemm2, t.gemm2.tile, g, g.sums2, p.config);
 }
 
