@@ -136,7 +136,7 @@ struct TileTable {
 };
 
 // Every thread takes part (two block-wide barriers).
-__device__ TileTable build_table(const Params& p, int out_cols, int tile_cols, int* table) {
+__device__ __forceinline__ TileTable build_table(const Params& p, int out_cols, int tile_cols, int* table) {
   const int n_tiles = (out_cols + tile_cols - 1) / tile_cols;
   for (int g = int(threadIdx.x); g < p.groups; g += kThreads) {
     const int rows = p.counts ? __ldg(p.counts + g) : __ldg(p.offsets + g + 1) - __ldg(p.offsets + g);
