@@ -224,12 +224,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   Tile* slots = reinterpret_cast<Tile*>(smem + S::kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + S::kTableOffset);
 
-  // ---- barriers: full takes lane 0's arrival with the TMA bytes and each producer lane's once its
-  // cp.async copies landed; empty every math thread's, after its WGMMAs read the stage
+  // ---- barriers: full takes lane 0's two arrivals, one with the TMA bytes and one once its cp.async
+  // copies landed; empty one per math warp, after its WGMMAs read the stage. (Arrivals of every
+  // thread, 256 a stage, cost a quarter of the kernel's rate: they serialize on the barrier's word.)
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      barrier_init(full + 8 * s, 1 + 32);
-      barrier_init(empty + 8 * s, kMath * 128);
+      barrier_init(full + 8 * s, 2);
+      barrier_init(empty + 8 * s, kMath * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
@@ -273,16 +274,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (S::kPaired) tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
           if (bulk) bulk_load(smem_address(sa), a_scale + std::size_t(kb) * t.padded, kRows * 4, bar);
         }
-        if (!bulk) {
+        if (!bulk) {  // unaligned (never in the layer, whose groups start at 16-row multiples)
 #pragma unroll
           for (int r = lane; r < kRows; r += 32)
             copy4_async(sa + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
+          asm volatile("cp.async.wait_all;\n" ::: "memory");
+          __syncwarp();  // the lanes' copies landed before lane 0's arrival below
         }
-        if (lane < 2) {
-          const int block = lane == 0 ? nb : nb_second;
-          copy4_async(scale_w + stage * 4 + lane, w_scale + std::size_t(kb) * n_blocks + block, block < n_blocks, w_scale);
+        if (lane == 0) {
+          copy4_async(scale_w + stage * 4, w_scale + std::size_t(kb) * n_blocks + nb, nb < n_blocks, w_scale);
+          copy4_async(scale_w + stage * 4 + 1, w_scale + std::size_t(kb) * n_blocks + nb_second, nb_second < n_blocks,
+                      w_scale);
+          barrier_arrive_when_copied(bar);
         }
-        barrier_arrive_when_copied(bar);
       }
     }
     return;
@@ -305,10 +309,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = slots[count % kTileSlots];
+    // A warp's reads of a stage are done when its lanes pass this; then lane 0 hands the stage back.
+    auto release = [&] {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(empty + 8 * stage);
+    };
     if (c * 64 >= t.rows - t.m0) {  // no rows of this warpgroup: hand the stages back as they fill
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(full + 8 * stage, parity);
-        barrier_arrive(empty + 8 * stage);
+        release();
       }
       continue;
     }
@@ -335,13 +344,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int i = 0; i < kRegs; ++i) acc[i] += part[i] * (i % 4 < 2 ? s00 : s10);
           stage_product<kTileN>(part, da, db + kUpHalf);
-          barrier_arrive(empty + 8 * stage);
+          release();
 #pragma unroll
           for (int i = 0; i < kRegs; ++i) acc_up[i] += part[i] * (i % 4 < 2 ? s01 : s11);
         } else {
           constexpr int kFirst = decltype(first_cols)::value;
           stage_product<kN>(part, da, db);
-          barrier_arrive(empty + 8 * stage);
+          release();
 #pragma unroll
           for (int i = 0; i < kRegs; ++i) {
             const bool first = (i / 4) * 8 < kFirst;
