@@ -224,12 +224,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   Tile* slots = reinterpret_cast<Tile*>(smem + S::kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + S::kTableOffset);
 
-  // ---- barriers: full takes lane 0's two arrivals, one with the TMA bytes and one once its cp.async
-  // copies landed; empty one per math warp, after its WGMMAs read the stage. (Arrivals of every
-  // thread, 256 a stage, cost a quarter of the kernel's rate: they serialize on the barrier's word.)
+  // ---- barriers: full takes lane 0's arrival with the TMA bytes and each producer lane's once its
+  // cp.async copies landed; empty one per math warp, after its WGMMAs read the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      barrier_init(full + 8 * s, 2);
+      barrier_init(full + 8 * s, 1 + 32);
       barrier_init(empty + 8 * s, kMath * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
@@ -274,19 +273,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (S::kPaired) tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
           if (bulk) bulk_load(smem_address(sa), a_scale + std::size_t(kb) * t.padded, kRows * 4, bar);
         }
-        if (!bulk) {  // unaligned (never in the layer, whose groups start at 16-row multiples)
+        if (!bulk) {
 #pragma unroll
           for (int r = lane; r < kRows; r += 32)
             copy4_async(sa + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
-          asm volatile("cp.async.wait_all;\n" ::: "memory");
-          __syncwarp();  // the lanes' copies landed before lane 0's arrival below
         }
-        if (lane == 0) {
-          copy4_async(scale_w + stage * 4, w_scale + std::size_t(kb) * n_blocks + nb, nb < n_blocks, w_scale);
-          copy4_async(scale_w + stage * 4 + 1, w_scale + std::size_t(kb) * n_blocks + nb_second, nb_second < n_blocks,
-                      w_scale);
-          barrier_arrive_when_copied(bar);
+        if (lane < 2) {
+          const int block = lane == 0 ? nb : nb_second;
+          copy4_async(scale_w + stage * 4 + lane, w_scale + std::size_t(kb) * n_blocks + block, block < n_blocks, w_scale);
         }
+        barrier_arrive_when_copied(bar);
       }
     }
     return;
