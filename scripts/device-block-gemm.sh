@@ -52,7 +52,7 @@ if [[ " $steps " == *" ncufull "* ]]; then
   echo "== ncu --set full (the first case: CUTLASS's 128x128, then the persistent tiles)"
   grep -v "^#" "$root/bench/cases/prefill.txt" | head -n 1 >/tmp/ncu_case.txt
   for tiles in cooperative "${MOEKIT_NCU_TILES:-128x128 persistent}"; do
-    MOEKIT_BENCH_TILES="$tiles" timeout 200 ncu --clock-control none --set full --import-source no -c 1 --launch-skip 3 \
+    MOEKIT_BENCH_TILES="$tiles" timeout 200 ncu --clock-control none --set full --import-source no -k regex:"fp8_block_gemm|device_kernel" -c 1 --launch-skip 3 \
       "$build/bench/grouped_gemm_bench" --cases /tmp/ncu_case.txt >"$out/ncu_$(echo "$tiles" | tr -c 'a-z0-9' '_').log" 2>&1 || status=1
   done
   grep -hE "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|L1/TEX Hit|L2 Hit|Shared Memory" "$out"/ncu_*.log | head -n 60
