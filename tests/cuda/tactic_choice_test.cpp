@@ -111,7 +111,8 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 }
 
 // The tuning budget (<= 5 minutes for both presets on the H200): the measurements of
-// deepseek-v3 and qwen3-30b-a3b at their defaults over T = 1 ... 16384.
+// deepseek-v3 and qwen3-30b-a3b at their defaults over T = 1 ... 16384 (754 took 30 s there; the
+// persistent block-scaled tiles, candidates from 16 rows per group, make it 1022).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
@@ -122,7 +123,7 @@ TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
     }
   }
   RecordProperty("measurements", int(n));
-  EXPECT_LE(n, 800u);
+  EXPECT_LE(n, 1100u);
   EXPECT_GE(n, 60u);
 }
 

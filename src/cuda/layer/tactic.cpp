@@ -57,6 +57,17 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
   return tiles;
 }
 
+// The fewest rows per group at which a tile is a candidate: the persistent 128-row tiles are for
+// prefill; below 16 rows per group a tile would be 7/8 padding, and the tuner's budget goes elsewhere.
+double min_rows_per_group(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::m128_n128_persistent:
+    case GemmTile::m128_n192_persistent:
+    case GemmTile::m128_n256_persistent_act: return 16;
+    default: return 0;
+  }
+}
+
 min_latency::Problem min_latency_problem(const TacticProblem& p) {
   min_latency::Problem m;
   m.config = p.config;
@@ -193,7 +204,9 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p) {
   const bool invariant = p.config.batch_invariant;
   auto tiles = [&](const GroupedGemmDesc& desc, GemmSums sums) {
     std::vector<GemmTile> t = allowed_tiles(desc.kind, sums, invariant);
-    std::erase_if(t, [&](GemmTile tile) { return g.rows_per_group > max_rows_per_group(tile); });
+    std::erase_if(t, [&](GemmTile tile) {
+      return g.rows_per_group > max_rows_per_group(tile) || g.rows_per_group < min_rows_per_group(tile);
+    });
     return t;
   };
   for (GemmTile t1 : tiles(g.gemm1, g.sums1))

@@ -63,7 +63,8 @@ struct TacticChoice {
 // The heuristic: min_latency::choose, then choose_gemm_config for each GEMM.
 TacticChoice heuristic_tactic(const TacticProblem& p);
 // Every tactic the tuner times at T: implementable, summing as the config needs, the heuristic's
-// first. Tiles that cannot win are left out (the decode GEMMs past 8 to 64 rows per group).
+// first. Tiles that cannot win are left out (the decode GEMMs past 8 to 64 rows per group, the
+// persistent 128-row tiles below 16).
 std::vector<Tactic> candidate_tactics(const TacticProblem& p);
 
 // The key of this process's GPU (device 0), CUDA runtime and moekit version.
