@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "core/tuning.h"
 #include "io/checkpoint.h"
 #include "io/layer_file.h"
 #include "io/presets.h"
@@ -20,6 +21,8 @@
 
 #ifdef MOEKIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "cuda/layer/tactic.h"
 #endif
 
 namespace nb = nanobind;
@@ -343,6 +346,22 @@ nb::object to_python(Tensor&& tensor) {
   return nb::cast(nb::ndarray<nb::pytorch>(owner->view().data, shape.size(), shape.data(), free_it, nullptr, dt));
 }
 
+// The tuning cache a layer made now would read (docs/TUNE.md): the file and why, or why none. gpu, sms:
+// look it up for that GPU instead of this process's (the CUDA runtime and version stay this build's).
+std::string tuning_cache(const std::string& gpu, int sms) {
+#ifdef MOEKIT_HAVE_CUDA
+  io::TuningDevice here = cuda::this_device();
+#else
+  io::TuningDevice here{"none", 0, "none", std::string(version())};
+#endif
+  if (!gpu.empty()) {
+    require(sms >= 1, "sms: expected the GPU's multiprocessor count (>= 1) with gpu, given " + std::to_string(sms));
+    here.gpu = gpu;
+    here.sms = sms;
+  }
+  return core::load_tuning({}, here).to_string();
+}
+
 nb::dict import_hf(const std::string& folder, int layer, int ep_size, int ep_rank) {
   io::CheckpointLayer l = [&] {
     nb::gil_scoped_release release;
@@ -420,5 +439,8 @@ NB_MODULE(_C, m) {
         quantize_weights(scheme, scale_format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32, wv, qv, sv);
       },
       "quant"_a, "scale_format"_a, "w"_a, "q"_a, "scales"_a);
+  m.def("tuning_cache", &tuning_cache, "gpu"_a = "", "sms"_a = 0,
+        "The tuning cache a layer made now would read: the file and why (e.g. the one shipped with moekit for "
+        "this GPU), or why none (the heuristic decides). gpu, sms: for that GPU instead of this one.");
   m.def("import_hf_layer", &import_hf, "folder"_a, "layer"_a, "ep_size"_a, "ep_rank"_a);
 }
