@@ -11,7 +11,16 @@
 #include "core/validate.h"
 #include "moekit/moekit.h"
 
-#if !defined(__SANITIZE_ADDRESS__)  // the sanitizers bring their own operator new
+// The sanitizers bring their own operator new: there the counts are not taken.
+#if defined(__SANITIZE_ADDRESS__)
+#define MOEKIT_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOEKIT_TEST_SANITIZED 1
+#endif
+#endif
+
+#if !defined(MOEKIT_TEST_SANITIZED)
 namespace {
 thread_local bool counting = false;
 thread_local long allocations = 0;
@@ -43,10 +52,16 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 namespace moekit::core {
 namespace {
 
-// Heap allocations made by this thread while f runs.
+#if defined(MOEKIT_TEST_SANITIZED)
+constexpr bool kCounted = false;
+#else
+constexpr bool kCounted = true;
+#endif
+
+// Heap allocations made by this thread while f runs (-1 where they are not counted).
 template <class F>
 long allocations_of(F&& f) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MOEKIT_TEST_SANITIZED)
   (void)f;
   return -1;
 #else
@@ -55,12 +70,6 @@ long allocations_of(F&& f) {
   f();
   counting = false;
   return allocations;
-#endif
-}
-
-void skip_under_sanitizers() {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "allocations are counted by replacing operator new, which the sanitizers own";
 #endif
 }
 
@@ -74,7 +83,7 @@ MoEConfig small_config() {
 }
 
 TEST(CoreHostCost, RequireMakesItsMessageOnlyWhenTheCheckFails) {
-  skip_under_sanitizers();
+  if (!kCounted) GTEST_SKIP() << "allocations are counted by replacing operator new, which the sanitizers own";
   int made = 0;
   const long n = allocations_of([&] {
     require(true, [&] { return ++made, std::string(100, 'x'); });
@@ -87,7 +96,7 @@ TEST(CoreHostCost, RequireMakesItsMessageOnlyWhenTheCheckFails) {
 }
 
 TEST(CoreHostCost, CheckingAForwardsTensorsAndCarvingItsBuffersAllocateNothing) {
-  skip_under_sanitizers();
+  if (!kCounted) GTEST_SKIP() << "allocations are counted by replacing operator new, which the sanitizers own";
   const MoEConfig c = small_config();
   const std::int64_t t = 4;
   // Views over no memory: the checks read shapes, dtypes and pointers, never the data.
@@ -105,7 +114,7 @@ TEST(CoreHostCost, CheckingAForwardsTensorsAndCarvingItsBuffersAllocateNothing) 
 // A forward of a small CPU layer at T = 0 runs every check, the layer's sizes and carving and each
 // stage's entry: what is left to allocate is the CPU stages' own bookkeeping.
 TEST(CoreHostCost, AForwardMakesFewAllocations) {
-  skip_under_sanitizers();
+  if (!kCounted) GTEST_SKIP() << "allocations are counted by replacing operator new, which the sanitizers own";
   const MoEConfig c = small_config();
   Tensor w13(DType::bf16, {8, 256, 128}), w2(DType::bf16, {8, 128, 128});
   LayerOptions options;
