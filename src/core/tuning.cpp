@@ -85,10 +85,10 @@ TuningSource shipped_tuning(const io::TuningDevice& here, const std::vector<std:
   std::string looked;
   for (const std::string& dir : dirs) {
     looked += (looked.empty() ? "" : ", ") + dir;
-    std::error_code ec;
+    std::error_code ec;  // a folder that is missing or cannot be read holds no cache
     std::vector<std::filesystem::path> files;
-    for (const auto& f : std::filesystem::directory_iterator(dir, ec))
-      if (f.path().extension() == ".json") files.push_back(f.path());
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".json") files.push_back(it->path());
     std::sort(files.begin(), files.end());
     for (const std::filesystem::path& file : files) {
       try {
