@@ -75,7 +75,7 @@ class MoELayer:
         # and the CUDA context go): torch.compile keeps the globals of the code it compiled, so a
         # MoELayer held there is never freed, and a native layer it owned would outlive the interpreter.
         self._handle = ops.register(_C.Layer(cfg, self.weights, backend, max_tokens, stream))
-        self._release = weakref.finalize(self, ops.unregister, self._handle)
+        weakref.finalize(self, ops.unregister, self._handle)  # kept alive by weakref itself
         self.config = self._layer.config
 
     @classmethod
