@@ -1,12 +1,15 @@
 """A process that used moekit.MoELayer exits cleanly: nothing on stderr (nanobind reports native objects
 still alive when the interpreter has gone, e.g. a layer kept by torch.compile's caches)."""
+import gc
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+import torch
 
+import moekit
 from conftest import DEVICES
 
 # The layer stays a global to the end, as in a script: torch.compile keeps the globals it traced.
@@ -37,3 +40,13 @@ def test_exit_prints_nothing_on_stderr(device):
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("used "), run.stdout
     assert run.stderr == "", run.stderr
+
+
+def test_a_dropped_layer_releases_its_native_layer():
+    layer = moekit.MoELayer(torch.zeros(8, 256, 128).bfloat16(), torch.zeros(8, 128, 128).bfloat16(), top_k=2)
+    handle = layer._handle
+    assert moekit.ops.native(handle) is not None
+    del layer
+    gc.collect()
+    with pytest.raises(moekit.Error, match=f"layer: no moekit layer has handle {handle}"):
+        moekit.ops.native(handle)
