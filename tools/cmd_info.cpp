@@ -1,5 +1,6 @@
 // `moekit presets` and `moekit explain`: what moekit knows and what it would choose.
 #include <charconv>
+#include <system_error>
 #include <cstdio>
 #include <string>
 
@@ -45,10 +46,12 @@ io::TuningDevice tuning_device(const Args& args) {
   const std::string given = args.get("gpu", "");
   const std::size_t colon = given.rfind(':');
   int sms = 0;
-  const char* end = given.data() + given.size();
-  const bool ok = colon != std::string::npos && colon > 0 &&
-                  std::from_chars(given.data() + colon + 1, end, sms).ptr == end && colon + 1 < given.size() &&
-                  sms >= 1 && sms <= 100000;
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < given.size();
+  if (ok) {
+    const char* end = given.data() + given.size();
+    const auto [stop, error] = std::from_chars(given.data() + colon + 1, end, sms);
+    ok = error == std::errc() && stop == end && sms >= 1 && sms <= 100000;
+  }
   if (!ok) throw UsageError("--gpu: expected NAME:SMS, e.g. 'NVIDIA H200:132', given '" + given + "'");
   d.gpu = given.substr(0, colon);
   d.sms = sms;
