@@ -92,6 +92,16 @@ def main():
     for name, call in rows:
         print(f"  {name:32s} {event_median(call, args.runs):8.1f}   host per call {host_median(call, args.runs):6.1f}")
     print(f"  {'MoELayer in a CUDA graph':32s} {event_median(graph.replay, args.runs):8.1f}")
+    # What MoELayer adds to the _C call, piece by piece (host only): its two allocations from torch's
+    # caching allocator, the workspace size, the stream, and the check for tracing.
+    pieces = [("out = torch.empty_like(hidden)", lambda: torch.empty_like(hidden)),
+              ("workspace_size(T)", lambda: raw.workspace_size(args.tokens)),
+              ("workspace = torch.empty(...)", lambda: hidden.new_empty(raw.workspace_size(args.tokens), dtype=torch.uint8)),
+              ("current stream", lambda: moekit.ops._stream(hidden)),
+              ("traced(hidden)", lambda: moekit.ops.traced(hidden))]
+    print("  MoELayer's own host work, per piece:")
+    for name, call in pieces:
+        print(f"    {name:30s} host per call {host_median(call, args.runs):6.2f}")
     if args.cli:
         for mode in ("off", "on"):
             run = subprocess.run([args.cli, "bench", "--preset", args.preset, "--tokens", str(args.tokens),

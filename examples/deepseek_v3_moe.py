@@ -4,7 +4,8 @@ The block: router (a linear layer to E logits), sigmoid scores plus the selectio
 which the best 4 are kept, top-8 experts inside them, weights renormalized and scaled by 2.5; the
 routed experts (SwiGLU, FP8 weights with 128x128 block scales); a shared expert (plain torch in
 both). The moekit block routes and runs the experts in one op; the torch block does it by hand
-(dequantized weights, per-expert loop). Both are printed with their difference and time.
+(a loop over the experts, each dequantized when its turn comes: at full size all of them in f32 would
+take 45 GB). Both are printed with their difference and time, and on CUDA the peak memory.
 
     PYTHONPATH=build/python python3 examples/deepseek_v3_moe.py            # small shapes, any device
     python3 examples/deepseek_v3_moe.py --full --device cuda              # deepseek-v3's own shapes
@@ -52,11 +53,13 @@ class MoekitBlock(torch.nn.Module):
 
 
 class TorchBlock(torch.nn.Module):
-    """The same block by hand: grouped routing, then a loop over the experts with weights."""
+    """The same block by hand: grouped routing, then a loop over the experts with weights, each expert
+    dequantized from the same FP8 weights as it runs (memory: the FP8 weights and one expert in f32)."""
 
-    def __init__(self, router, shared, w13, w2, cfg):
+    def __init__(self, router, shared, w13, w2, w13_scale, w2_scale, cfg):
         super().__init__()
-        self.router, self.shared, self.w13, self.w2, self.cfg = router, shared, w13, w2, cfg
+        self.router, self.shared, self.cfg = router, shared, cfg
+        self.w13, self.w2, self.w13_scale, self.w2_scale = w13, w2, w13_scale, w2_scale
 
     def route(self, logits):
         c = self.cfg
@@ -75,15 +78,26 @@ class TorchBlock(torch.nn.Module):
         out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         for e in ids.unique().tolist():
             token, slot = torch.nonzero(ids == e, as_tuple=True)
-            gate, up = (x[token].float() @ self.w13[e].t()).chunk(2, dim=-1)
-            y = (torch.nn.functional.silu(gate) * up) @ self.w2[e].t()
+            w13, w2 = dequantize(self.w13[e], self.w13_scale[e]), dequantize(self.w2[e], self.w2_scale[e])
+            gate, up = (x[token].float() @ w13.t()).chunk(2, dim=-1)
+            y = (torch.nn.functional.silu(gate) * up) @ w2.t()
             out.index_add_(0, token, y * weights[token, slot].unsqueeze(1))
         return out.bfloat16() + self.shared(x)
 
 
 def dequantize(q, scale):
-    n, k = q.shape[1:]
-    return q.float() * scale.repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[:, :, :k]
+    """One expert's [N, K] FP8 weights times their [ceil(N/128), ceil(K/128)] block scales, in f32."""
+    (n, k), (nb, kb) = q.shape, scale.shape
+    w = torch.nn.functional.pad(q.float(), (0, kb * 128 - k, 0, nb * 128 - n))
+    return (w.view(nb, 128, kb, 128) * scale[:, None, :, None]).view(nb * 128, kb * 128)[:n, :k]
+
+
+def random_fp8_experts(experts, n, k, device, chunk=8):
+    """Random [E, N, K] weights quantized to FP8 blocks chunk experts at a time: the f32 weights of every
+    expert at once would take 4 bytes per weight on the device and on the host (deepseek-v3: 45 GB)."""
+    parts = [moekit.quantize_fp8_block(torch.randn(min(chunk, experts - e), n, k, device=device) * k ** -0.5)
+             for e in range(0, experts, chunk)]
+    return torch.cat([q for q, _ in parts]), torch.cat([s for _, s in parts])
 
 
 def timed(f, x, runs):
@@ -112,11 +126,11 @@ def main():
     dev = torch.device(args.device)
 
     router, shared = Router(H, E).to(dev), SharedExpert(H, I).to(dev)
-    w13, w13_scale = moekit.quantize_fp8_block(torch.randn(E, 2 * I, H, device=dev) * H ** -0.5)
-    w2, w2_scale = moekit.quantize_fp8_block(torch.randn(E, H, I, device=dev) * I ** -0.5)
+    w13, w13_scale = random_fp8_experts(E, 2 * I, H, dev)
+    w2, w2_scale = random_fp8_experts(E, H, I, dev)
     with torch.no_grad():
         ours = MoekitBlock(router, shared, w13, w2, w13_scale, w2_scale, cfg)
-        plain = TorchBlock(router, shared, dequantize(w13, w13_scale), dequantize(w2, w2_scale), cfg)
+        plain = TorchBlock(router, shared, w13, w2, w13_scale, w2_scale, cfg)
         x = torch.randn(args.tokens, H, device=dev).bfloat16()
         a, b = ours(x), plain(x)
         err = ((a.float() - b.float()).norm() / b.float().norm()).item()
@@ -125,6 +139,10 @@ def main():
               f"the torch block keeps them in f32)")
         runs = 20 if dev.type == "cuda" else 3
         print(f"time per block: moekit {timed(ours, x, runs):.3f} ms, plain torch {timed(plain, x, runs):.3f} ms")
+    if dev.type == "cuda":
+        weights = sum(t.numel() * t.element_size() for t in (w13, w2, w13_scale, w2_scale))
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated(dev) / 2**30:.1f} GiB "
+              f"(the FP8 experts: {weights / 2**30:.1f} GiB)")
 
 
 if __name__ == "__main__":

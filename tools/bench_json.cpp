@@ -61,12 +61,15 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
       << ", \"graph\": " << (c.graph ? "true" : "false");
     if (!c.tuning.empty()) j << ", \"tuning_cache\": " << quoted(c.tuning);
     if (c.host_us > 0) j << ", \"host_us\": " << number(c.host_us);
-    if (!c.stages.empty()) {
-      j << ", \"stages\": {";
-      for (std::size_t s = 0; s < c.stages.size(); ++s)
-        j << (s ? ", " : "") << quoted(c.stages[s].first) << ": " << number(c.stages[s].second);
+    auto steps = [&](const char* key, const std::vector<std::pair<std::string, double>>& steps) {
+      if (steps.empty()) return;
+      j << ", \"" << key << "\": {";
+      for (std::size_t s = 0; s < steps.size(); ++s)
+        j << (s ? ", " : "") << quoted(steps[s].first) << ": " << number(steps[s].second);
       j << "}";
-    }
+    };
+    steps("host_steps", c.host_steps);
+    steps("stages", c.stages);
     j << "}";
   }
   j << "\n]}\n";

@@ -19,6 +19,7 @@ struct BenchCase {
   Roofline roof;
   double floor_us = 0;                                 // 0 without ceilings (CPU)
   double host_us = 0;                                  // GPU: the median host time of one eager call (enqueue, no wait)
+  std::vector<std::pair<std::string, double>> host_steps;  // GPU: where that host time goes, per step
   std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
   std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
 };

@@ -14,16 +14,17 @@ StepTimes::~StepTimes() {
 #endif
 }
 
-void StepTimes::begin() {
+void StepTimes::begin(StepClock clock) {
   names_.clear();
   host_times_.clear();
   active_ = true;
+  host_clock_ = clock == StepClock::host || device_ == Device::cpu;
 }
 
 void StepTimes::step(std::string_view name, Stream stream) {
   if (!active_) return;
   names_.emplace_back(name);
-  if (device_ == Device::cpu) {
+  if (host_clock_) {
     host_times_.push_back(std::chrono::steady_clock::now());
     return;
   }
@@ -44,7 +45,7 @@ std::vector<std::pair<std::string, double>> StepTimes::finish() {
   std::vector<std::pair<std::string, double>> steps;
   for (std::size_t i = 0; i + 1 < names_.size(); ++i) {
     double us = 0;
-    if (device_ == Device::cpu) {
+    if (host_clock_) {
       us = std::chrono::duration<double, std::micro>(host_times_[i + 1] - host_times_[i]).count();
     } else {
 #ifdef MOEKIT_HAVE_CUDA

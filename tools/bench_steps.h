@@ -1,8 +1,10 @@
 // The per-step breakdown of `moekit bench --stages`: a StepObserver that timestamps each step
-// of a forward (CUDA events on the GPU, the host clock on the CPU) while it is active.
+// of a forward (CUDA events on the GPU, the host clock on the CPU) while it is active. With the host
+// clock on the GPU too it shows where the host time of an eager call goes (bench's host profile).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,6 +14,10 @@
 
 namespace moekit::cli {
 
+// device: what each step takes on the device (the host clock on the CPU); host: what enqueueing it
+// takes on the host.
+enum class StepClock : std::uint8_t { device, host };
+
 class StepTimes final : public StepObserver {
  public:
   explicit StepTimes(Device device) : device_(device) {}
@@ -20,7 +26,7 @@ class StepTimes final : public StepObserver {
   StepTimes& operator=(const StepTimes&) = delete;
 
   // Marks are kept from begin() until the forward is done; inactive otherwise (graph capture).
-  void begin();
+  void begin(StepClock clock = StepClock::device);
   void step(std::string_view name, Stream stream) override;
   // After the device finished the forward: each step's µs, in the order they ran ("end" closes
   // the last one). Deactivates.
@@ -29,6 +35,7 @@ class StepTimes final : public StepObserver {
  private:
   Device device_;
   bool active_ = false;
+  bool host_clock_ = false;
   std::vector<std::string> names_;
   std::vector<void*> events_;  // cudaEvent_t, reused from call to call
   std::vector<std::chrono::steady_clock::time_point> host_times_;

@@ -198,14 +198,21 @@ double host_call_us(Device device, int runs, const std::function<void(int, Strea
   return median(us);
 }
 
-// Each step's median µs over `runs` eager calls, in the order the steps ran.
-std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, StepTimes& steps,
+// Each step's median µs over `runs` eager calls, in the order the steps ran. StepClock::host: where
+// a call's host time goes (the device idle before each, as host_call_us): "checks" from the call's
+// start to its first step (arguments, the T's sizes and tactic, buffers), each step's enqueueing, and
+// "end" from the last step to the return.
+std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, StepTimes& steps, StepClock clock,
                                                        const std::function<void(int, Stream)>& call) {
+  const bool host = clock == StepClock::host;
   std::vector<std::string> order;
   std::map<std::string, std::vector<double>> samples;
   for (int r = 0; r < runs; ++r) {
-    steps.begin();
+    if (host) synchronize(device);
+    steps.begin(clock);
+    if (host) steps.step("checks", nullptr);
     call(r % kInputSets, nullptr);
+    if (host) steps.step("returned", nullptr);
     synchronize(device);
     for (const auto& [name, us] : steps.finish()) {
       if (!samples.count(name)) order.push_back(name);
@@ -215,6 +222,21 @@ std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, 
   std::vector<std::pair<std::string, double>> out;
   for (const std::string& name : order) out.emplace_back(name, median(samples[name]));
   return out;
+}
+
+// "name 1.2 | name 3.4 | sum 4.6"
+std::string steps_line(const std::vector<std::pair<std::string, double>>& steps) {
+  double sum = 0;
+  std::string line;
+  for (const auto& [name, us] : steps) {
+    sum += us;
+    char item[64];
+    std::snprintf(item, sizeof item, "%s %.1f | ", name.c_str(), us);
+    line += item;
+  }
+  char total[32];
+  std::snprintf(total, sizeof total, "sum %.1f", sum);
+  return line + total;
 }
 
 std::int64_t prepared_tokens(const Settings& settings) {
@@ -227,18 +249,11 @@ void print_case(const BenchCase& r) {
               r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), r.floor_us,
               r.floor_us > 0 ? 100.0 * r.floor_us / r.us : 0.0, r.graph ? " (graph)" : "");
   if (r.host_us > 0) std::printf("    host per eager call: %.1f us\n", r.host_us);
+  if (!r.host_steps.empty())
+    std::printf("    host per step (µs, median, enqueue only): %s\n", steps_line(r.host_steps).c_str());
   if (!r.tuning.empty()) std::printf("    tuning cache: %s\n", r.tuning.c_str());
-  if (!r.stages.empty()) {
-    double sum = 0;
-    std::string line;
-    for (const auto& [name, us] : r.stages) {
-      sum += us;
-      char item[64];
-      std::snprintf(item, sizeof item, "%s %.1f | ", name.c_str(), us);
-      line += item;
-    }
-    std::printf("    stages (µs, eager, events between steps): %ssum %.1f\n", line.c_str(), sum);
-  }
+  if (!r.stages.empty())
+    std::printf("    stages (µs, eager, events between steps): %s\n", steps_line(r.stages).c_str());
   std::fflush(stdout);
 }
 
@@ -285,8 +300,11 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     for (int w = 0; w < 2; ++w) call(w % kInputSets, nullptr);  // allocates before any capture
     synchronize(device);
     r.us = time_calls(device, runs, r.graph, call);
-    if (device == Device::cuda) r.host_us = host_call_us(device, runs, call);
-    if (settings.stages) r.stages = time_steps(device, runs, steps, call);
+    if (device == Device::cuda) {
+      r.host_us = host_call_us(device, runs, call);
+      r.host_steps = time_steps(device, runs, steps, StepClock::host, call);
+    }
+    if (settings.stages) r.stages = time_steps(device, runs, steps, StepClock::device, call);
     results.push_back(r);
     print_case(r);
   }

@@ -1,10 +1,13 @@
 // `moekit presets` and `moekit explain`: what moekit knows and what it would choose.
+#include <charconv>
+#include <system_error>
 #include <cstdio>
 #include <string>
 
 #include "commands.h"
 #include "moekit/moekit.h"
 #include "core/check.h"
+#include "core/tuning.h"
 #include "core/validate.h"
 #include "io/presets.h"
 #include "run_setup.h"
@@ -29,6 +32,30 @@ std::string check_rule(const QuantConfig& quant) {
            (by_default ? " (the default; --fp8-accumulation exact|strict for closer sums)" : "");
   }
   return "check rule, " + mode + ": " + core::check_rule_text(quant) + "\n";
+}
+
+// The GPU whose tuning cache explain looks up: this process's, or --gpu NAME:SMS (what a layer on that
+// GPU would read; the CUDA runtime and moekit version stay this build's).
+io::TuningDevice tuning_device(const Args& args) {
+#ifdef MOEKIT_HAVE_CUDA
+  io::TuningDevice d = cuda::this_device();
+#else
+  io::TuningDevice d{"none", 0, "none", std::string(version())};
+#endif
+  if (!args.has("gpu")) return d;
+  const std::string given = args.get("gpu", "");
+  const std::size_t colon = given.rfind(':');
+  int sms = 0;
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < given.size();
+  if (ok) {
+    const char* end = given.data() + given.size();
+    const auto [stop, error] = std::from_chars(given.data() + colon + 1, end, sms);
+    ok = error == std::errc() && stop == end && sms >= 1 && sms <= 100000;
+  }
+  if (!ok) throw UsageError("--gpu: expected NAME:SMS, e.g. 'NVIDIA H200:132', given '" + given + "'");
+  d.gpu = given.substr(0, colon);
+  d.sms = sms;
+  return d;
 }
 
 #ifdef MOEKIT_HAVE_CUDA
@@ -77,13 +104,16 @@ int cmd_explain(int argc, char** argv) {
   std::vector<Flag> flags = problem_flags();
   flags.push_back({"tuning-cache", true,
                    "FILE|off: the tuning cache a layer would read (default: MOEKIT_TUNING_CACHE, else the per-user "
-                   "default; docs/TUNE.md)"});
+                   "file, else the one shipped for this GPU; docs/TUNE.md)"});
+  flags.push_back({"gpu", true,
+                   "NAME:SMS: look the tuning cache up for this GPU instead of the one here, e.g. 'NVIDIA H200:132'"});
   flags.push_back({"help", false, "this text"});
   const Args args(argc, argv, 2, flags);
   if (args.has("help")) {
     std::printf("%s", usage_of("explain", flags).c_str());
     return 0;
   }
+  const io::TuningDevice here = tuning_device(args);
   // The problem run would run, from the same flags through the same checks (run_setup.h),
   // reading configs and headers only. With no flag at all: the first preset, whose decisions
   // still show every backend.
@@ -110,13 +140,14 @@ int cmd_explain(int argc, char** argv) {
   std::printf("problem: %s, T=%lld (%s)\n%s", config.to_string().c_str(), static_cast<long long>(s.tokens),
               s.source.c_str(), selection.to_string().c_str());
   std::printf("%s", check_rule(config.quant).c_str());
+  TuningOptions tuning;
+  tuning.cache = args.get("tuning-cache", "");
+  const core::TuningSource source = core::load_tuning(tuning, here);
 #ifdef MOEKIT_HAVE_CUDA
   // The experts' path and the grouped GEMM tiles the cuda backend would pick at T (--tokens,
   // default 64; a file's T).
   const std::int64_t tokens = s.tokens;
-  TuningOptions tuning;
-  tuning.cache = args.get("tuning-cache", "");
-  const cuda::TacticChooser chooser(config, &tuning);
+  const cuda::TacticChooser chooser(config, source, here);
   print_tactics(chooser, config, tokens);
   const cuda::TacticChoice at = chooser.choose({config, tokens, 0, false});
   std::printf("cuda experts tactic at T=%lld: %s\nthe heuristic at T=%lld:\n", static_cast<long long>(tokens),
@@ -156,7 +187,10 @@ int cmd_explain(int argc, char** argv) {
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }
 #else
-  if (args.has("tuning-cache")) std::printf("tuning cache: not read (built without CUDA: only cuda has tactics)\n");
+  // Only cuda has tactics: which cache a layer reads, and why no entry applies without CUDA.
+  for (const std::string& line : core::TunedTable(source, here, io::TuningProblem::of(config), "experts").report())
+    std::printf("%s\n", line.c_str());
+  std::printf("cuda experts tactic: heuristic (no CUDA in this build: no tuned entry applies)\n");
 #endif
   return selection.chosen.empty() ? 1 : 0;
 }

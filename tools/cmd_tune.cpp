@@ -170,7 +170,7 @@ class GpuTimer final : public core::TacticTimer {
     options.tuning.cache = "tactic " + tactic;
     options.tuning.json = forcing_cache(device_, c, tokens, tactic);
     // The same lookup the layer makes: the entry must be taken (not a fallback to the heuristic).
-    const cuda::TacticChooser chooser(c, core::load_tuning(options.tuning), device_);
+    const cuda::TacticChooser chooser(c, core::load_tuning(options.tuning, device_), device_);
     const cuda::TacticChoice choice = chooser.choose({c, tokens, 0, false});
     require(choice.tuned != nullptr, "tune: " + tactic + " at T=" + std::to_string(tokens) + ": " + choice.reason);
     const Layer layer(prepared_, options);
@@ -301,7 +301,7 @@ void write_cache(const std::string& path, const std::vector<io::TuningEntry>& en
 int verify(const TuneProblem& p, const std::string& file, const std::vector<std::int64_t>& buckets, GpuTimer& timer) {
   TuningOptions options;
   options.cache = file;
-  const core::TuningSource source = core::load_tuning(options);
+  const core::TuningSource source = core::load_tuning(options, timer.device());
   const io::TuningProblem key = io::TuningProblem::of(p.config);
   const core::TunedTable matching(source, timer.device(), key, "experts");
   const cuda::TacticChooser chooser(p.config, source, timer.device());

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace moekit {
@@ -34,6 +35,17 @@ class Status {
 // Throws Error(message) unless condition holds.
 inline void require(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
+}
+// The same with a literal: no std::string is made unless the condition fails.
+inline void require(bool condition, const char* message) {
+  if (!condition) throw Error(message);
+}
+// The same with the message made by message() only when the condition fails: for the checks of every
+// call, where making each message (a few allocations, numbers formatted) would cost more host time
+// than the call's own work.
+template <class Message, class = std::enable_if_t<std::is_invocable_r_v<std::string, Message&>>>
+void require(bool condition, Message&& message) {
+  if (!condition) throw Error(message());
 }
 
 }  // namespace moekit

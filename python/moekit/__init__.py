@@ -10,7 +10,7 @@ torch.compile(fullgraph=True) and capture in torch.cuda.graph. Errors raise moek
 ValueError) with moekit's message, which names the argument.
 """
 from . import _C
-from ._C import Error, backend_names, cuda_available
+from ._C import Error, backend_names, cuda_available, tuning_cache
 from . import ops
 from .layer import MoELayer, preset_config, presets, route
 from .weights import import_hf_layer, quantize_fp8_block, quantize_weights
@@ -19,5 +19,5 @@ __version__ = _C.version()
 
 __all__ = [
     "Error", "MoELayer", "backend_names", "cuda_available", "import_hf_layer", "ops", "preset_config", "presets",
-    "quantize_fp8_block", "quantize_weights", "route",
+    "quantize_fp8_block", "quantize_weights", "route", "tuning_cache",
 ]

@@ -1,4 +1,6 @@
 """moekit.MoELayer and moekit.route."""
+import weakref
+
 import torch
 
 from . import _C, ops
@@ -68,8 +70,12 @@ class MoELayer:
         if backend == "auto" and not w13.is_cuda:
             backend = "cpu"
         stream = ops._stream(w13)
-        self._layer = _C.Layer(cfg, self.weights, backend, max_tokens, stream)
-        self._handle = ops.register(self._layer)
+        # The native layer has one owner, ops' registry; this object holds its handle. The finalizer
+        # releases it when this object dies, and at the latest at interpreter exit (before the modules
+        # and the CUDA context go): torch.compile keeps the globals of the code it compiled, so a
+        # MoELayer held there is never freed, and a native layer it owned would outlive the interpreter.
+        self._handle = ops.register(_C.Layer(cfg, self.weights, backend, max_tokens, stream))
+        weakref.finalize(self, ops.unregister, self._handle)  # kept alive by weakref itself
         self.config = self._layer.config
 
     @classmethod
@@ -82,6 +88,11 @@ class MoELayer:
         self = cls(**weights, **cfg)
         self.gate_weight = imported["gate_weight"]
         return self
+
+    @property
+    def _layer(self):
+        """The native layer (moekit._C.Layer), looked up by handle: this object does not own it."""
+        return ops.native(self._handle)
 
     @property
     def backend(self):
@@ -126,10 +137,6 @@ class MoELayer:
         if not ops.traced(hidden):
             return ops.masked_call(self._layer, hidden, hidden_scale, counts, expected_rows)
         return torch.ops.moekit.masked(self._handle, hidden, hidden_scale, counts, expected_rows)
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            ops.unregister(self._handle)
 
     def __repr__(self):
         c = self.config

@@ -1,7 +1,8 @@
 """torch.ops.moekit.*: moekit's layer and router as torch custom ops.
 
-A layer is a C++ object; the ops name it by an integer handle (MoELayer registers itself), so
-that a traced graph holds a constant, not an object. MoELayer calls the *_call functions below
+A layer is a C++ object; the ops name it by an integer handle (MoELayer registers it), so that a
+traced graph holds a constant, not an object. The registry owns the layers: MoELayer holds a handle
+and unregisters it when it dies or when the interpreter exits. MoELayer calls the *_call functions below
 directly when nothing traces it (eager, and under torch.cuda.graph capture), and these ops when
 torch.compile does: the op dispatch costs tens of µs of host time per call, the layer at T = 1 a few
 tens of µs of GPU time. Each op has a fake implementation (shapes and dtypes only) for
@@ -27,7 +28,7 @@ _handles = itertools.count(1)
 
 
 def register(layer):
-    """Keeps a _C.Layer for the ops; returns its handle."""
+    """Owns a _C.Layer for the ops; returns its handle."""
     handle = next(_handles)
     _layers[handle] = layer
     return handle
@@ -37,7 +38,8 @@ def unregister(handle):
     _layers.pop(handle, None)
 
 
-def _layer(handle):
+def native(handle):
+    """The _C.Layer of a handle."""
     try:
         return _layers[handle]
     except KeyError:
@@ -89,7 +91,7 @@ def masked_call(m, hidden, hidden_scale, counts, expected_rows):
 
 @torch.library.custom_op("moekit::fused", mutates_args=())
 def fused(layer: int, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-    return fused_call(_layer(layer), hidden, router_logits)
+    return fused_call(native(layer), hidden, router_logits)
 
 
 @fused.register_fake
@@ -100,7 +102,7 @@ def _(layer, hidden, router_logits):
 @torch.library.custom_op("moekit::experts_out", mutates_args=("out",))
 def experts_out(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                 out: torch.Tensor) -> None:
-    experts_call(_layer(layer), hidden, topk_ids, topk_weights, out)
+    experts_call(native(layer), hidden, topk_ids, topk_weights, out)
 
 
 @experts_out.register_fake
@@ -110,7 +112,7 @@ def _(layer, hidden, topk_ids, topk_weights, out):
 
 @torch.library.custom_op("moekit::experts", mutates_args=())
 def experts(layer: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-    return experts_call(_layer(layer), hidden, topk_ids, topk_weights, out_like(hidden))
+    return experts_call(native(layer), hidden, topk_ids, topk_weights, out_like(hidden))
 
 
 @experts.register_fake
@@ -125,7 +127,7 @@ def _masked_out(hidden):
 @torch.library.custom_op("moekit::masked", mutates_args=())
 def masked(layer: int, hidden: torch.Tensor, hidden_scale: torch.Tensor | None, counts: torch.Tensor,
            expected_rows: int) -> torch.Tensor:
-    return masked_call(_layer(layer), hidden, hidden_scale, counts, expected_rows)
+    return masked_call(native(layer), hidden, hidden_scale, counts, expected_rows)
 
 
 @masked.register_fake

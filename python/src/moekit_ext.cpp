@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "core/tuning.h"
 #include "io/checkpoint.h"
 #include "io/layer_file.h"
 #include "io/presets.h"
@@ -20,6 +21,8 @@
 
 #ifdef MOEKIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "cuda/layer/tactic.h"
 #endif
 
 namespace nb = nanobind;
@@ -69,10 +72,12 @@ TensorView view_of(const nb::ndarray<>& a, const char* name) {
 
 // torch tensors are read through their attributes (data_ptr, dtype, shape, stride, device): a
 // DLPack export costs a few µs per tensor, which a T = 1 call would feel; anything else with
-// __dlpack__ or the buffer protocol goes through DLPack.
+// __dlpack__ or the buffer protocol goes through DLPack. The attribute names are interned once: a
+// call reads four or five tensors, seven attributes each.
 struct TorchTypes {
   nb::handle tensor;  // torch.Tensor
   std::pair<nb::handle, DType> dtypes[7];
+  nb::handle dtype, shape, stride, is_cuda, is_cpu, get_device, data_ptr;  // interned names
 };
 
 // torch's types, once torch is imported (this module never imports it itself).
@@ -82,15 +87,35 @@ const TorchTypes* torch_types() {
   nb::handle modules = PyImport_GetModuleDict();
   if (!PyDict_GetItemString(modules.ptr(), "torch")) return nullptr;
   nb::module_ torch = nb::module_::import_("torch");
-  auto* t = new TorchTypes;  // kept for the process, as the types it names are
+  auto* t = new TorchTypes;  // kept for the process, as the types and names it holds
   t->tensor = torch.attr("Tensor").inc_ref();
   const std::pair<const char*, DType> names[7] = {{"float32", DType::f32}, {"float16", DType::f16},
                                                    {"bfloat16", DType::bf16}, {"float8_e4m3fn", DType::fp8_e4m3},
                                                    {"int32", DType::i32}, {"int64", DType::i64},
                                                    {"uint8", DType::u8}};
   for (int i = 0; i < 7; ++i) t->dtypes[i] = {torch.attr(names[i].first).inc_ref(), names[i].second};
+  auto intern = [](const char* name) { return nb::handle(PyUnicode_InternFromString(name)); };
+  t->dtype = intern("dtype");
+  t->shape = intern("shape");
+  t->stride = intern("stride");
+  t->is_cuda = intern("is_cuda");
+  t->is_cpu = intern("is_cpu");
+  t->get_device = intern("get_device");
+  t->data_ptr = intern("data_ptr");
   types = t;
   return types;
+}
+
+// obj.name, and obj.name() (without a bound method in between); Python's error becomes a C++ one.
+nb::object attribute(nb::handle obj, nb::handle name) {
+  PyObject* v = PyObject_GetAttr(obj.ptr(), name.ptr());
+  if (!v) throw nb::python_error();
+  return nb::steal(v);
+}
+nb::object call_method(nb::handle obj, nb::handle name) {
+  PyObject* v = PyObject_CallMethodNoArgs(obj.ptr(), name.ptr());
+  if (!v) throw nb::python_error();
+  return nb::steal(v);
 }
 
 // The tensor `obj` (a torch tensor, or anything DLPack takes) as a view; *device: its CUDA
@@ -103,29 +128,30 @@ TensorView view_of(nb::handle obj, const char* name, int* device = nullptr) {
     return view_of(a, name);
   }
   TensorView v;
-  const nb::object dtype = obj.attr("dtype");
+  const nb::object dtype = attribute(obj, torch->dtype);
   bool known = false;
   for (const auto& [type, d] : torch->dtypes)
     if (dtype.is(type)) v.dtype = d, known = true;
   if (!known)
     throw Error(std::string(name) + ": expected a float32|float16|bfloat16|float8_e4m3fn|int32|int64|uint8 tensor, given " +
                 nb::cast<std::string>(nb::str(dtype)));
-  const nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
-  const nb::tuple strides = nb::cast<nb::tuple>(obj.attr("stride")());
-  require(shape.size() <= std::size_t(kMaxRank), std::string(name) + ": expected at most 4 dimensions, given " +
-                                                      std::to_string(shape.size()));
+  const nb::tuple shape = nb::borrow<nb::tuple>(attribute(obj, torch->shape));
+  const nb::tuple strides = nb::cast<nb::tuple>(call_method(obj, torch->stride));
+  require(shape.size() <= std::size_t(kMaxRank), [&] {
+    return std::string(name) + ": expected at most 4 dimensions, given " + std::to_string(shape.size());
+  });
   v.rank = int(shape.size());
   for (int d = 0; d < v.rank; ++d) {
     v.shape[std::size_t(d)] = nb::cast<std::int64_t>(shape[std::size_t(d)]);
     v.strides[std::size_t(d)] = nb::cast<std::int64_t>(strides[std::size_t(d)]);
   }
-  const bool cuda = nb::cast<bool>(obj.attr("is_cuda"));
-  if (!cuda && !nb::cast<bool>(obj.attr("is_cpu")))
+  const bool cuda = attribute(obj, torch->is_cuda).is(Py_True);
+  if (!cuda && !attribute(obj, torch->is_cpu).is(Py_True))
     throw Error(std::string(name) + ": expected a cpu or cuda tensor, given one on " +
                 nb::cast<std::string>(nb::str(obj.attr("device"))));
   v.device = cuda ? Device::cuda : Device::cpu;
-  if (device) *device = cuda ? nb::cast<int>(obj.attr("get_device")()) : -1;
-  v.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj.attr("data_ptr")()));
+  if (device) *device = cuda ? nb::cast<int>(call_method(obj, torch->get_device)) : -1;
+  v.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(call_method(obj, torch->data_ptr)));
   return v;
 }
 
@@ -343,6 +369,22 @@ nb::object to_python(Tensor&& tensor) {
   return nb::cast(nb::ndarray<nb::pytorch>(owner->view().data, shape.size(), shape.data(), free_it, nullptr, dt));
 }
 
+// The tuning cache a layer made now would read (docs/TUNE.md): the file and why, or why none. gpu, sms:
+// look it up for that GPU instead of this process's (the CUDA runtime and version stay this build's).
+std::string tuning_cache(const std::string& gpu, int sms) {
+#ifdef MOEKIT_HAVE_CUDA
+  io::TuningDevice here = cuda::this_device();
+#else
+  io::TuningDevice here{"none", 0, "none", std::string(version())};
+#endif
+  if (!gpu.empty()) {
+    require(sms >= 1, "sms: expected the GPU's multiprocessor count (>= 1) with gpu, given " + std::to_string(sms));
+    here.gpu = gpu;
+    here.sms = sms;
+  }
+  return core::load_tuning({}, here).to_string();
+}
+
 nb::dict import_hf(const std::string& folder, int layer, int ep_size, int ep_rank) {
   io::CheckpointLayer l = [&] {
     nb::gil_scoped_release release;
@@ -420,5 +462,8 @@ NB_MODULE(_C, m) {
         quantize_weights(scheme, scale_format == "ue8m0" ? ScaleFormat::ue8m0 : ScaleFormat::f32, wv, qv, sv);
       },
       "quant"_a, "scale_format"_a, "w"_a, "q"_a, "scales"_a);
+  m.def("tuning_cache", &tuning_cache, "gpu"_a = "", "sms"_a = 0,
+        "The tuning cache a layer made now would read: the file and why (e.g. the one shipped with moekit for "
+        "this GPU), or why none (the heuristic decides). gpu, sms: for that GPU instead of this one.");
   m.def("import_hf_layer", &import_hf, "folder"_a, "layer"_a, "ep_size"_a, "ep_rank"_a);
 }

@@ -133,23 +133,29 @@ std::string MoEConfig::to_string() const {
 }
 
 void validate(const RoutingConfig& r, std::int64_t num_experts) {
-  const std::string e = std::to_string(num_experts);
-  require(r.top_k >= 1 && r.top_k <= num_experts,
-          "top_k: expected 1 <= top_k <= num_experts (" + e + "), given " + std::to_string(r.top_k));
-  require(r.n_group >= 1 && num_experts % r.n_group == 0,
-          "n_group: expected a divisor of num_experts (" + e + "), given " + std::to_string(r.n_group));
-  require(r.topk_group >= 1 && r.topk_group <= r.n_group,
-          "topk_group: expected 1 <= topk_group <= n_group (" + std::to_string(r.n_group) +
-              "), given " + std::to_string(r.topk_group));
+  // moekit::route checks its config at every call: the messages are made only when a check fails.
+  const auto e = [&] { return std::to_string(num_experts); };
+  require(r.top_k >= 1 && r.top_k <= num_experts, [&] {
+    return "top_k: expected 1 <= top_k <= num_experts (" + e() + "), given " + std::to_string(r.top_k);
+  });
+  require(r.n_group >= 1 && num_experts % r.n_group == 0, [&] {
+    return "n_group: expected a divisor of num_experts (" + e() + "), given " + std::to_string(r.n_group);
+  });
+  require(r.topk_group >= 1 && r.topk_group <= r.n_group, [&] {
+    return "topk_group: expected 1 <= topk_group <= n_group (" + std::to_string(r.n_group) + "), given " +
+           std::to_string(r.topk_group);
+  });
   const std::int64_t reachable = std::int64_t(r.topk_group) * (num_experts / r.n_group);
-  require(r.top_k <= reachable, "top_k: expected at most topk_group * num_experts / n_group (" +
-                                    std::to_string(reachable) + "), given " + std::to_string(r.top_k));
+  require(r.top_k <= reachable, [&] {
+    return "top_k: expected at most topk_group * num_experts / n_group (" + std::to_string(reachable) + "), given " +
+           std::to_string(r.top_k);
+  });
   require(r.routed_scaling_factor > 0.0f,
-          "routed_scaling_factor: expected > 0, given " + std::to_string(r.routed_scaling_factor));
+          [&] { return "routed_scaling_factor: expected > 0, given " + std::to_string(r.routed_scaling_factor); });
   require(r.method != RoutingMethod::top1_sigmoid || r.top_k == 1,
-          "top_k: top1_sigmoid routes to exactly one expert, given " + std::to_string(r.top_k));
+          [&] { return "top_k: top1_sigmoid routes to exactly one expert, given " + std::to_string(r.top_k); });
   require(r.effective_placement() == WeightPlacement::output || r.top_k == 1,
-          "weight_placement: input placement needs top_k == 1, given top_k " + std::to_string(r.top_k));
+          [&] { return "weight_placement: input placement needs top_k == 1, given top_k " + std::to_string(r.top_k); });
 }
 
 void validate(const MoEConfig& c) {

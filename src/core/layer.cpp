@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/ep_pipeline.h"
 #include "core/parallel.h"
@@ -77,60 +79,87 @@ struct Layer::Impl {
     core::Workspace router_ws, prepare_ws, experts_ws, finalize_ws;
   };
 
-  Buffers carve(core::Carver& c, const core::StageProblem& p) const {
+  // What a call of T tokens needs besides its tensors: the stages' workspaces, the experts' rows,
+  // whether the experts run the whole layer, and the bytes of it all. They depend on the layer and T
+  // alone, so they are worked out once per T and looked up after (decode repeats one T call after
+  // call; working them out asks every stage and its tactic).
+  struct Sizes {
+    std::size_t router = 0, prepare = 0, experts = 0, finalize = 0, bytes = 0;
+    std::int64_t expert_rows = 0;
+    bool whole = false;  // the experts stage does Prepare's and Finalize's work (ExpertsStage::whole_layer)
+  };
+  static constexpr std::size_t kSizesKept = 4096;  // past this many distinct T the table starts again
+  mutable std::mutex sizes_mutex;
+  mutable std::unordered_map<std::int64_t, Sizes> sizes_by_tokens;
+
+  Buffers carve(core::Carver& c, const core::StageProblem& p, const Sizes& s) const {
     const Device d = backend->device();
     const std::int64_t t = p.tokens, k = config.top_k(), h = config.hidden_size;
     const QuantScheme scheme = config.quant.scheme;
     Buffers b;
     b.topk_ids = c.tensor(DType::i32, {t, k}, d);
     b.topk_weights = c.tensor(DType::f32, {t, k}, d);
-    if (ep) {  // the EP pipeline holds the rest
-      const std::size_t n = stages.router->workspace_size(p);
-      b.router_ws = core::Workspace{c.take(n), n};
-      return b;
-    }
+    b.router_ws = core::Workspace{c.take(s.router), s.router};
+    if (ep) return b;  // the EP pipeline holds the rest
     b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
     if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
-    b.expert_out = c.tensor(DType::bf16, {stages.experts->max_rows(p), h}, d);
+    b.expert_out = c.tensor(DType::bf16, {s.expert_rows, h}, d);
     b.slot_rows = c.tensor(DType::i32, {t, k}, d);
-    auto workspace = [&](const core::Stage& s) {
-      const std::size_t n = s.workspace_size(p);
-      return core::Workspace{c.take(n), n};
-    };
-    b.router_ws = workspace(*stages.router);
-    b.prepare_ws = workspace(*stages.prepare);
-    b.experts_ws = workspace(*stages.experts);
-    b.finalize_ws = workspace(*stages.finalize);
+    b.prepare_ws = core::Workspace{c.take(s.prepare), s.prepare};
+    b.experts_ws = core::Workspace{c.take(s.experts), s.experts};
+    b.finalize_ws = core::Workspace{c.take(s.finalize), s.finalize};
     return b;
   }
 
-  std::size_t bytes_for(const core::StageProblem& p) const {
+  Sizes sizes_of(const core::StageProblem& p) const {
+    Sizes s;
+    s.router = stages.router->workspace_size(p);
+    if (!ep) {
+      s.prepare = stages.prepare->workspace_size(p);
+      s.experts = stages.experts->workspace_size(p);
+      s.finalize = stages.finalize->workspace_size(p);
+      s.expert_rows = stages.experts->max_rows(p);
+      s.whole = stages.experts->whole_layer(p);
+    }
     core::Carver counter(nullptr);
-    carve(counter, p);
-    return counter.used();
+    carve(counter, p, s);
+    s.bytes = counter.used();
+    return s;
+  }
+
+  Sizes sizes(const core::StageProblem& p) const {
+    {
+      const std::lock_guard<std::mutex> lock(sizes_mutex);
+      if (const auto it = sizes_by_tokens.find(p.tokens); it != sizes_by_tokens.end()) return it->second;
+    }
+    const Sizes made = sizes_of(p);  // may throw: nothing is kept then
+    const std::lock_guard<std::mutex> lock(sizes_mutex);
+    if (sizes_by_tokens.size() >= kSizesKept) sizes_by_tokens.clear();
+    sizes_by_tokens.emplace(p.tokens, made);
+    return made;
   }
 
   // Grows the one buffer when a call has more tokens than any before (never inside a stage).
-  Buffers buffers_for(const core::StageProblem& p) {
-    const std::size_t bytes = bytes_for(p);
-    if (bytes > buffer_size) {
-      buffer = backend->allocate(bytes);
-      buffer_size = bytes;
+  Buffers buffers_for(const core::StageProblem& p, const Sizes& s) {
+    if (s.bytes > buffer_size) {
+      buffer = backend->allocate(s.bytes);
+      buffer_size = s.bytes;
     }
     core::Carver c(buffer.get());
-    return carve(c, p);
+    return carve(c, p, s);
   }
 
   // The caller's workspace, after checking that it holds the call.
-  Buffers buffers_in(const core::StageProblem& p, const Workspace& ws) const {
+  Buffers buffers_in(const core::StageProblem& p, const Sizes& s, const Workspace& ws) const {
     require(!ep, "workspace: an expert-parallel layer keeps its exchange buffers itself; call forward without one");
-    const std::size_t bytes = bytes_for(p);
-    require(ws.size >= bytes, "workspace: expected at least " + std::to_string(bytes) + " bytes for T=" +
-                                  std::to_string(p.tokens) + " (workspace_size), given " + std::to_string(ws.size));
-    require(bytes == 0 || ws.data != nullptr, "workspace: expected memory, given a null pointer");
+    require(ws.size >= s.bytes, [&] {
+      return "workspace: expected at least " + std::to_string(s.bytes) + " bytes for T=" + std::to_string(p.tokens) +
+             " (workspace_size), given " + std::to_string(ws.size);
+    });
+    require(s.bytes == 0 || ws.data != nullptr, "workspace: expected memory, given a null pointer");
     require(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0, "workspace: expected a 256-byte aligned pointer");
     core::Carver c(static_cast<std::byte*>(ws.data));
-    return carve(c, p);
+    return carve(c, p, s);
   }
 
   // The call's T after checking its tensors and, where construction did not, its stages.
@@ -138,11 +167,13 @@ struct Layer::Impl {
   core::StageProblem checked_problem(const Args& args) const {
     const core::StageProblem p = problem(core::check_args(config, args, backend->device()));
     if (max_tokens > 0) {
-      require(p.tokens <= max_tokens, "hidden: expected at most max_tokens=" + std::to_string(max_tokens) +
-                                          " tokens (LayerOptions::max_tokens), given " + std::to_string(p.tokens));
+      require(p.tokens <= max_tokens, [&] {
+        return "hidden: expected at most max_tokens=" + std::to_string(max_tokens) +
+               " tokens (LayerOptions::max_tokens), given " + std::to_string(p.tokens);
+      });
     } else {
       const Status status = core::check_stages(stages, p);
-      require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
+      require(bool(status), [&] { return "backend " + std::string(backend->name()) + ": " + status.reason(); });
     }
     return p;
   }
@@ -154,13 +185,13 @@ struct Layer::Impl {
     stages.router->run(p, {{args.router_logits, bias}, {ids, weights}}, b.router_ws, stream);
   }
 
-  void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
-           const TensorView& weights, const TensorView& out, Stream stream) const {
+  void run(const core::StageProblem& p, const Sizes& s, const Buffers& b, const TensorView& hidden,
+           const TensorView& ids, const TensorView& weights, const TensorView& out, Stream stream) const {
     if (ep) {
       ep->run(p, hidden, ids, weights, out, stream);
     } else {
       const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
-      const bool whole = stages.experts->whole_layer(p);
+      const bool whole = s.whole;
       if (!whole) {
         core::mark_step(p, "quantize", stream);
         stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
@@ -176,11 +207,11 @@ struct Layer::Impl {
     core::mark_step(p, "end", stream);
   }
 
-  void fused(const core::StageProblem& p, const Buffers& b, const FusedArgs& args, Stream stream) const {
+  void fused(const core::StageProblem& p, const Sizes& s, const Buffers& b, const FusedArgs& args, Stream stream) const {
     const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
     const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
     route(p, b, args, ids, weights, stream);
-    run(p, b, args.hidden, ids, weights, args.out, stream);
+    run(p, s, b, args.hidden, ids, weights, args.out, stream);
   }
 
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
@@ -190,7 +221,7 @@ struct Layer::Impl {
     core::MaskedProblem p = core::check_args(config, args, backend->device());
     p.observer = observer;
     const Status status = stages.experts->can_implement_masked(p);
-    require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
+    require(bool(status), [&] { return "backend " + std::string(backend->name()) + ": " + status.reason(); });
     return p;
   }
 
@@ -248,31 +279,37 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
 Layer::~Layer() = default;
 
 void Layer::forward(const FusedArgs& args, Stream stream) {
-  const core::StageProblem p = impl_->checked_problem(args);
-  impl_->fused(p, impl_->buffers_for(p), args, stream);
+  Impl& m = *impl_;
+  const core::StageProblem p = m.checked_problem(args);
+  const Impl::Sizes s = m.sizes(p);
+  m.fused(p, s, m.buffers_for(p, s), args, stream);
 }
 
 void Layer::forward(const ExternalArgs& args, Stream stream) {
-  const core::StageProblem p = impl_->checked_problem(args);
-  impl_->run(p, impl_->buffers_for(p), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+  Impl& m = *impl_;
+  const core::StageProblem p = m.checked_problem(args);
+  const Impl::Sizes s = m.sizes(p);
+  m.run(p, s, m.buffers_for(p, s), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
 }
 
 void Layer::forward(const FusedArgs& args, const Workspace& workspace, Stream stream) const {
   const Impl& m = *impl_;
   const core::StageProblem p = m.checked_problem(args);
-  m.fused(p, m.buffers_in(p, workspace), args, stream);
+  const Impl::Sizes s = m.sizes(p);
+  m.fused(p, s, m.buffers_in(p, s, workspace), args, stream);
 }
 
 void Layer::forward(const ExternalArgs& args, const Workspace& workspace, Stream stream) const {
   const Impl& m = *impl_;
   const core::StageProblem p = m.checked_problem(args);
-  m.run(p, m.buffers_in(p, workspace), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
+  const Impl::Sizes s = m.sizes(p);
+  m.run(p, s, m.buffers_in(p, s, workspace), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
 }
 
 std::size_t Layer::workspace_size(std::int64_t max_tokens) const {
-  require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
+  require(max_tokens >= 0, [&] { return "max_tokens: expected >= 0, given " + std::to_string(max_tokens); });
   require(!impl_->ep, "workspace_size: an expert-parallel layer keeps its exchange buffers itself");
-  return impl_->bytes_for(impl_->problem(max_tokens));
+  return impl_->sizes(impl_->problem(max_tokens)).bytes;
 }
 
 void Layer::forward(const MaskedArgs& args, Stream stream) {
@@ -290,9 +327,10 @@ void Layer::forward(const MaskedArgs& args, const Workspace& workspace, Stream s
   const Impl& m = *impl_;
   const core::MaskedProblem p = m.checked_masked(args);
   const std::size_t bytes = m.stages.experts->masked_workspace_size(p);
-  require(workspace.size >= bytes, "workspace: expected at least " + std::to_string(bytes) + " bytes for C=" +
-                                       std::to_string(p.capacity) + " (masked_workspace_size), given " +
-                                       std::to_string(workspace.size));
+  require(workspace.size >= bytes, [&] {
+    return "workspace: expected at least " + std::to_string(bytes) + " bytes for C=" + std::to_string(p.capacity) +
+           " (masked_workspace_size), given " + std::to_string(workspace.size);
+  });
   require(bytes == 0 || workspace.data != nullptr, "workspace: expected memory, given a null pointer");
   require(reinterpret_cast<std::uintptr_t>(workspace.data) % 256 == 0, "workspace: expected a 256-byte aligned pointer");
   m.run_masked(p, args, {static_cast<std::byte*>(workspace.data), workspace.size}, stream);
@@ -307,8 +345,9 @@ std::size_t Layer::masked_workspace_size(std::int64_t capacity) const {
 }
 
 void Layer::reserve(std::int64_t max_tokens) {
-  require(max_tokens >= 0, "max_tokens: expected >= 0, given " + std::to_string(max_tokens));
-  impl_->buffers_for(impl_->problem(max_tokens));
+  require(max_tokens >= 0, [&] { return "max_tokens: expected >= 0, given " + std::to_string(max_tokens); });
+  const core::StageProblem p = impl_->problem(max_tokens);
+  impl_->buffers_for(p, impl_->sizes(p));
   if (impl_->ep) impl_->ep->reserve(max_tokens);
 }
 

@@ -42,27 +42,30 @@ std::string strides(const TensorView& t) {
 }
 
 void check_tensor(const TensorView& t, const TensorRule& rule) {
-  const std::string head = rule.name + ": expected ";
-  const std::string given = ", given " + t.to_string();
-  require(t.defined(), head + rule.shape_names + " " + join(rule.dtypes) + given);
+  // Every call checks its tensors here: the messages are made only when a check fails.
+  const auto head = [&] { return rule.name + ": expected "; };
+  const auto given = [&] { return ", given " + t.to_string(); };
+  require(t.defined(), [&] { return head() + rule.shape_names + " " + join(rule.dtypes) + given(); });
   require(t.rank == int(rule.shape.size()),
-          head + "rank " + std::to_string(rule.shape.size()) + " " + rule.shape_names + given);
+          [&] { return head() + "rank " + std::to_string(rule.shape.size()) + " " + rule.shape_names + given(); });
   for (int d = 0; d < t.rank; ++d) {
     const std::int64_t want = rule.shape[std::size_t(d)];
     require(want < 0 || t.size(d) == want,
-            head + "shape " + rule.shape_names + " = " + sizes(rule.shape) + given);
+            [&] { return head() + "shape " + rule.shape_names + " = " + sizes(rule.shape) + given(); });
   }
   require(std::find(rule.dtypes.begin(), rule.dtypes.end(), t.dtype) != rule.dtypes.end(),
-          head + "dtype " + join(rule.dtypes) + given);
-  require(t.device == rule.device, head + "a " + std::string(to_string(rule.device)) +
-                                       " tensor (like router_logits)" + given);
-  require(t.is_contiguous(), head + "a contiguous tensor" + given + " with strides " + strides(t));
-  require(t.numel() == 0 || t.data != nullptr, head + "data" + given + " with a null pointer");
+          [&] { return head() + "dtype " + join(rule.dtypes) + given(); });
+  require(t.device == rule.device, [&] {
+    return head() + "a " + std::string(to_string(rule.device)) + " tensor (like router_logits)" + given();
+  });
+  require(t.is_contiguous(), [&] { return head() + "a contiguous tensor" + given() + " with strides " + strides(t); });
+  require(t.numel() == 0 || t.data != nullptr, [&] { return head() + "data" + given() + " with a null pointer"; });
 }
 
 void check_bias(const RoutingConfig& config, const TensorView& bias, std::int64_t num_experts, Device device) {
-  const std::string method(to_string(config.method));
-  require(bias.defined(), "bias: " + method + " needs e_score_correction_bias [E] f32|bf16, given absent");
+  require(bias.defined(), [&] {
+    return "bias: " + std::string(to_string(config.method)) + " needs e_score_correction_bias [E] f32|bf16, given absent";
+  });
   check_tensor(bias, {"bias", "[E]", {num_experts}, {DType::f32, DType::bf16}, device});
 }
 
@@ -74,8 +77,9 @@ void route(const RoutingConfig& config, const RoutingInputs& in, const RoutingOu
           "topk_weights come from the caller)");
   const Device device = in.router_logits.defined() ? in.router_logits.device : Device::cpu;
 #ifndef MOEKIT_HAVE_CUDA
-  require(device == Device::cpu, "router_logits: expected a cpu tensor (this build has no CUDA), given " +
-                                     in.router_logits.to_string());
+  require(device == Device::cpu, [&] {
+    return "router_logits: expected a cpu tensor (this build has no CUDA), given " + in.router_logits.to_string();
+  });
 #endif
   check_tensor(in.router_logits, {"router_logits", "[T, E]", {-1, -1}, {DType::f32, DType::bf16}, device});
   const std::int64_t num_tokens = in.router_logits.size(0);

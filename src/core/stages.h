@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -34,13 +35,19 @@ class Carver {
     return p;
   }
   TensorView tensor(DType dtype, const std::vector<std::int64_t>& shape, Device device) {
-    TensorView v = TensorView::contiguous(nullptr, dtype, shape, device);
-    v.data = take(v.nbytes());
-    return v;
+    return place(TensorView::contiguous(nullptr, dtype, shape, device));
+  }
+  // The same from a braced shape: nothing allocated (the layer carves at every call).
+  TensorView tensor(DType dtype, std::initializer_list<std::int64_t> shape, Device device) {
+    return place(TensorView::contiguous(nullptr, dtype, shape, device));
   }
   std::size_t used() const { return used_; }
 
  private:
+  TensorView place(TensorView v) {
+    v.data = take(v.nbytes());
+    return v;
+  }
   static constexpr std::size_t kAlign = 256;
   std::byte* base_;
   std::size_t used_ = 0;

@@ -62,61 +62,80 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
-  require(a >= 0 && b >= 0, std::string(what) + ": a size is negative (" + std::to_string(a) + " x " +
-                                std::to_string(b) + ")");
+  require(a >= 0 && b >= 0, [&] {
+    return std::string(what) + ": a size is negative (" + std::to_string(a) + " x " + std::to_string(b) + ")";
+  });
   std::int64_t product = 0;
-  require(!__builtin_mul_overflow(a, b, &product),
-          std::string(what) + ": size " + std::to_string(a) + " x " + std::to_string(b) + " overflows int64");
+  require(!__builtin_mul_overflow(a, b, &product), [&] {
+    return std::string(what) + ": size " + std::to_string(a) + " x " + std::to_string(b) + " overflows int64";
+  });
   return product;
 }
 
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape, std::string_view what) {
-  for (const std::int64_t d : shape)
-    require(d >= 0, std::string(what) + ": shape " + shape_text(shape) + " has a negative dimension");
+namespace {
+
+// checked_numel and checked_nbytes over dims[0, n): the layer carves its buffers through
+// TensorView::contiguous at every call, so the messages are made only on failure.
+std::int64_t numel_of(const std::int64_t* dims, std::size_t n, std::string_view what) {
+  auto shape = [&] { return shape_text(std::vector<std::int64_t>(dims, dims + n)); };
+  for (std::size_t i = 0; i < n; ++i)
+    require(dims[i] >= 0, [&] { return std::string(what) + ": shape " + shape() + " has a negative dimension"; });
   // A zero dimension makes the tensor empty whatever the others are.
-  for (const std::int64_t d : shape)
-    if (d == 0) return 0;
-  std::int64_t n = 1;
-  for (const std::int64_t d : shape) {
-    require(!__builtin_mul_overflow(n, d, &n),
-            std::string(what) + ": shape " + shape_text(shape) + " has more elements than int64 holds");
-  }
-  return n;
+  for (std::size_t i = 0; i < n; ++i)
+    if (dims[i] == 0) return 0;
+  std::int64_t count = 1;
+  for (std::size_t i = 0; i < n; ++i)
+    require(!__builtin_mul_overflow(count, dims[i], &count),
+            [&] { return std::string(what) + ": shape " + shape() + " has more elements than int64 holds"; });
+  return count;
 }
 
-std::size_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, std::string_view what) {
-  const std::int64_t n = checked_numel(shape, what);
+std::size_t nbytes_of(DType dtype, const std::int64_t* dims, std::size_t n, std::string_view what) {
   std::int64_t bytes = 0;
-  require(!__builtin_mul_overflow(n, std::int64_t(dtype_size(dtype)), &bytes),
-          std::string(what) + ": shape " + shape_text(shape) + " " + std::string(to_string(dtype)) +
-              " has more bytes than int64 holds");
+  require(!__builtin_mul_overflow(numel_of(dims, n, what), std::int64_t(dtype_size(dtype)), &bytes), [&] {
+    return std::string(what) + ": shape " + shape_text(std::vector<std::int64_t>(dims, dims + n)) + " " +
+           std::string(to_string(dtype)) + " has more bytes than int64 holds";
+  });
   return std::size_t(bytes);
 }
 
-TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
-                                  Device device) {
-  return contiguous(data, dtype, std::vector<std::int64_t>(shape), device);
-}
-
-TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std::int64_t>& shape,
-                                  Device device) {
-  require(shape.size() <= std::size_t(kMaxRank),
-          "tensor rank: expected at most " + std::to_string(kMaxRank) + ", given " +
-              std::to_string(shape.size()));
-  checked_nbytes(dtype, shape, "tensor shape");  // every product below (strides, numel, nbytes) fits
+TensorView contiguous_of(void* data, DType dtype, const std::int64_t* dims, std::size_t n, Device device) {
+  require(n <= std::size_t(kMaxRank), [&] {
+    return "tensor rank: expected at most " + std::to_string(kMaxRank) + ", given " + std::to_string(n);
+  });
+  nbytes_of(dtype, dims, n, "tensor shape");  // every product below (strides, numel, nbytes) fits
   TensorView v;
   v.data = data;
   v.dtype = dtype;
   v.device = device;
-  v.rank = int(shape.size());
+  v.rank = int(n);
   std::int64_t stride = 1;
   for (int d = v.rank - 1; d >= 0; --d) {
-    require(shape[std::size_t(d)] >= 0, "tensor shape: dimensions must be >= 0");
-    v.shape[std::size_t(d)] = shape[std::size_t(d)];
+    v.shape[std::size_t(d)] = dims[d];
     v.strides[std::size_t(d)] = stride;
-    stride *= shape[std::size_t(d)];
+    stride *= dims[d];
   }
   return v;
+}
+
+}  // namespace
+
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, std::string_view what) {
+  return numel_of(shape.data(), shape.size(), what);
+}
+
+std::size_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, std::string_view what) {
+  return nbytes_of(dtype, shape.data(), shape.size(), what);
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                                  Device device) {
+  return contiguous_of(data, dtype, shape.begin(), shape.size(), device);
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                                  Device device) {
+  return contiguous_of(data, dtype, shape.data(), shape.size(), device);
 }
 
 std::int64_t TensorView::numel() const {

@@ -1,5 +1,9 @@
 #include "core/tuning.h"
 
+#include <link.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 
@@ -16,6 +20,45 @@ std::string env(const char* name) {
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
+// The file of the loaded object (executable or shared library) that holds this code: moekit is a
+// static library, linked into the CLI, the tests or the Python module. Empty when not found.
+std::filesystem::path binary_of_this_code() {
+  struct Search {
+    std::uintptr_t address;
+    std::string file;
+    bool found = false;
+  } search{reinterpret_cast<std::uintptr_t>(&binary_of_this_code), {}, false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        auto& s = *static_cast<Search*>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const std::uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && s.address >= start && s.address < start + ph.p_memsz) {
+            s.file = info->dlpi_name ? info->dlpi_name : "";
+            s.found = true;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &search);
+  if (!search.found) return {};
+  std::error_code ec;
+  // The main program has no name in the loader's list: it is the process's executable.
+  const std::filesystem::path file = search.file.empty() ? std::filesystem::read_symlink("/proc/self/exe", ec)
+                                                         : std::filesystem::path(search.file);
+  if (ec) return {};
+  const std::filesystem::path absolute = std::filesystem::weakly_canonical(file, ec);
+  return ec ? file : absolute;
+}
+
+// Whether any entry of `cache` was measured on this GPU model and SM count.
+bool measured_on(const io::TuningCache& cache, const io::TuningDevice& here) {
+  return std::any_of(cache.entries.begin(), cache.entries.end(),
+                     [&](const io::TuningEntry& e) { return e.device.gpu == here.gpu && e.device.sms == here.sms; });
+}
+
 }  // namespace
 
 std::string TuningSource::to_string() const {
@@ -30,7 +73,42 @@ std::string default_tuning_cache_path() {
   return "";
 }
 
-TuningSource load_tuning(const TuningOptions& options) {
+std::vector<std::string> shipped_tuning_dirs() {
+  const std::filesystem::path binary = binary_of_this_code();
+  if (binary.empty()) return {};
+  const std::filesystem::path dir = binary.parent_path();
+  return {(dir / "tuning").string(), (dir.parent_path() / "share" / "moekit" / "tuning").string()};
+}
+
+TuningSource shipped_tuning(const io::TuningDevice& here, const std::vector<std::string>& dirs) {
+  TuningSource s;
+  std::string looked;
+  for (const std::string& dir : dirs) {
+    looked += (looked.empty() ? "" : ", ") + dir;
+    std::error_code ec;  // a folder that is missing or cannot be read holds no cache
+    std::vector<std::filesystem::path> files;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".json") files.push_back(it->path());
+    std::sort(files.begin(), files.end());
+    for (const std::filesystem::path& file : files) {
+      try {
+        auto cache = std::make_shared<const io::TuningCache>(io::read_tuning_cache(file.string()));
+        if (!measured_on(*cache, here)) continue;
+        s.file = file.string();
+        s.origin = "shipped with moekit for " + here.gpu + " with " + std::to_string(here.sms) + " SMs";
+        s.cache = std::move(cache);
+        return s;
+      } catch (const Error& e) {
+        log(LogLevel::warn, std::string("shipped tuning cache skipped: ") + e.what());
+      }
+    }
+  }
+  s.problem = "none shipped for " + quoted(here.gpu) + " with " + std::to_string(here.sms) + " SMs in " +
+              (looked.empty() ? std::string("(no folder: moekit's binary not found)") : looked);
+  return s;
+}
+
+TuningSource load_tuning(const TuningOptions& options, const io::TuningDevice& here) {
   TuningSource s;
   std::string file = options.cache;
   s.origin = "LayerOptions::tuning";
@@ -47,8 +125,13 @@ TuningSource load_tuning(const TuningOptions& options) {
     s.origin = "the default path";
     std::error_code ec;
     if (file.empty() || !std::filesystem::exists(file, ec)) {
-      s.problem = file.empty() ? "no default path: neither XDG_CACHE_HOME nor HOME is set"
-                               : "the default path " + file + " does not exist";
+      // Nothing the user chose: the cache shipped for this GPU, if any.
+      const std::string why = file.empty() ? "no per-user path (neither XDG_CACHE_HOME nor HOME is set)"
+                                           : "no per-user cache at " + file;
+      if (here.sms <= 0) return {"", "", nullptr, why + "; no GPU, so no shipped cache"};
+      s = shipped_tuning(here, shipped_tuning_dirs());
+      if (s.cache) s.origin += "; MOEKIT_TUNING_CACHE unset, " + why;
+      else s.problem = why + "; " + s.problem;
       return s;
     }
   }

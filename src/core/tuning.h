@@ -1,5 +1,5 @@
 // Which tuning cache a layer reads (LayerOptions::tuning, MOEKIT_TUNING_CACHE, the per-user
-// default) and which of its entries apply to it: backend-neutral, the backends' steps name their
+// default, the cache shipped with moekit for this GPU) and which of its entries apply to it: backend-neutral, the backends' steps name their
 // tactics themselves (src/cuda/layer/tactic.h). docs/TUNE.md.
 #pragma once
 
@@ -19,7 +19,7 @@ namespace moekit::core {
 // A cache as loaded: the file, where its name came from, and its entries or why there are none.
 struct TuningSource {
   std::string file;    // the path read (or the name of given JSON); empty: none
-  std::string origin;  // "LayerOptions", "MOEKIT_TUNING_CACHE", "the default path"
+  std::string origin;  // "LayerOptions::tuning", "MOEKIT_TUNING_CACHE", "the default path", "shipped ..."
   std::shared_ptr<const io::TuningCache> cache;  // null: none
   std::string problem;  // why there is no cache: "off", a missing default file, a parse error
   std::string to_string() const;
@@ -27,8 +27,17 @@ struct TuningSource {
 
 // $XDG_CACHE_HOME/moekit/tuning.json, else $HOME/.cache/moekit/tuning.json; empty without either.
 std::string default_tuning_cache_path();
-// Never throws: a file that cannot be read or parsed gives no cache and the reason (logged at warn).
-TuningSource load_tuning(const TuningOptions& options);
+// Where the caches shipped with moekit lie: tuning/ beside the binary that holds this code (the
+// moekit CLI in its build folder, the Python package's module moekit/_C), then
+// ../share/moekit/tuning/ from that binary's folder (an installed CLI: PREFIX/bin/moekit).
+std::vector<std::string> shipped_tuning_dirs();
+// The shipped cache for `here`: the first *.json (by name) of the first of `dirs` holding one whose
+// entries were measured on this GPU name and SM count. None: the reason, naming the GPU and `dirs`.
+TuningSource shipped_tuning(const io::TuningDevice& here, const std::vector<std::string>& dirs);
+// options (a file, JSON, or "off"), else MOEKIT_TUNING_CACHE, else the per-user default path when it
+// exists, else the cache shipped for `here` (in shipped_tuning_dirs()). Never throws: a file that
+// cannot be read or parsed gives no cache and the reason (logged at warn).
+TuningSource load_tuning(const TuningOptions& options, const io::TuningDevice& here);
 
 // The entries of one step that apply to this device and problem, by token bucket, and why the
 // others did not (explain prints both).

@@ -48,8 +48,9 @@ void check_optional_scalar(std::string_view name, const TensorView& t, const MoE
 }
 
 std::int64_t tokens_of(const TensorView& hidden, const MoEConfig& c, Device device) {
-  require(hidden.defined() && hidden.rank == 2,
-          "hidden: expected [T, " + std::to_string(c.hidden_size) + "] bf16, given " + hidden.to_string());
+  require(hidden.defined() && hidden.rank == 2, [&] {
+    return "hidden: expected [T, " + std::to_string(c.hidden_size) + "] bf16, given " + hidden.to_string();
+  });
   const std::int64_t tokens = hidden.size(0);
   check_tensor("hidden", hidden, {DType::bf16}, {tokens, c.hidden_size}, device);
   return tokens;
@@ -57,18 +58,36 @@ std::int64_t tokens_of(const TensorView& hidden, const MoEConfig& c, Device devi
 
 }  // namespace
 
-void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
-                  const std::vector<std::int64_t>& shape, Device device) {
-  const std::string expected = shape_text(shape) + " " + dtypes_text(dtypes) + " " +
-                               std::string(to_string(device));
-  const std::string given = t.to_string();
-  require(t.defined(), std::string(name) + ": expected " + expected + ", given absent");
+namespace {
+
+template <class DTypes, class Shape>
+void check_tensor_in(std::string_view name, const TensorView& t, const DTypes& dtypes, const Shape& shape, Device device) {
+  // Every forward checks its tensors here: the messages are made only when a check fails.
+  auto expected = [&] {
+    return std::string(name) + ": expected " + shape_text({shape.begin(), shape.end()}) + " " +
+           dtypes_text({dtypes.begin(), dtypes.end()}) + " " + std::string(to_string(device));
+  };
+  require(t.defined(), [&] { return expected() + ", given absent"; });
   bool dtype_ok = false;
   for (DType d : dtypes) dtype_ok = dtype_ok || d == t.dtype;
-  require(dtype_ok && t.shape_vector() == shape && t.device == device,
-          std::string(name) + ": expected " + expected + ", given " + given);
-  require(t.is_contiguous(), std::string(name) + ": expected a contiguous row-major tensor");
-  require(t.data != nullptr || t.numel() == 0, std::string(name) + ": data pointer is null");
+  bool shape_ok = t.rank == int(shape.size());
+  std::size_t d = 0;
+  for (auto it = shape.begin(); shape_ok && it != shape.end(); ++it, ++d) shape_ok = t.shape[d] == *it;
+  require(dtype_ok && shape_ok && t.device == device, [&] { return expected() + ", given " + t.to_string(); });
+  require(t.is_contiguous(), [&] { return std::string(name) + ": expected a contiguous row-major tensor"; });
+  require(t.data != nullptr || t.numel() == 0, [&] { return std::string(name) + ": data pointer is null"; });
+}
+
+}  // namespace
+
+void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
+                  const std::vector<std::int64_t>& shape, Device device) {
+  check_tensor_in(name, t, dtypes, shape, device);
+}
+
+void check_tensor(std::string_view name, const TensorView& t, std::initializer_list<DType> dtypes,
+                  std::initializer_list<std::int64_t> shape, Device device) {
+  check_tensor_in(name, t, dtypes, shape, device);
 }
 
 void check_weights(const MoEConfig& c, const Weights& w, Device device) {
@@ -135,14 +154,16 @@ std::int64_t check_args(const MoEConfig& c, const ExternalArgs& a, Device device
 
 MaskedProblem check_args(const MoEConfig& c, const MaskedArgs& a, Device device) {
   const QuantScheme scheme = c.quant.scheme;
-  require(scheme == QuantScheme::bf16 || scheme == QuantScheme::fp8_block,
-          "quant: the masked format takes bf16 and fp8-block layers, given " + std::string(to_string(scheme)));
+  require(scheme == QuantScheme::bf16 || scheme == QuantScheme::fp8_block, [&] {
+    return "quant: the masked format takes bf16 and fp8-block layers, given " + std::string(to_string(scheme));
+  });
   const std::int64_t el = c.local_experts(), h = c.hidden_size, kb = ceil_div(h, kBlock);
   const std::vector<DType> dtypes = scheme == QuantScheme::fp8_block ? std::vector<DType>{DType::bf16, DType::fp8_e4m3}
                                                                      : std::vector<DType>{DType::bf16};
-  require(a.hidden.defined() && a.hidden.rank == 3 && a.hidden.size(1) >= 1,
-          "hidden: expected [E_local=" + std::to_string(el) + ", C >= 1, " + std::to_string(h) + "] " +
-              dtypes_text(dtypes) + " (the masked format), given " + a.hidden.to_string());
+  require(a.hidden.defined() && a.hidden.rank == 3 && a.hidden.size(1) >= 1, [&] {
+    return "hidden: expected [E_local=" + std::to_string(el) + ", C >= 1, " + std::to_string(h) + "] " +
+           dtypes_text(dtypes) + " (the masked format), given " + a.hidden.to_string();
+  });
   MaskedProblem p;
   p.config = c;
   p.capacity = a.hidden.size(1);
@@ -151,23 +172,28 @@ MaskedProblem check_args(const MoEConfig& c, const MaskedArgs& a, Device device)
   if (p.fp8_input) {
     const TensorView& s = a.hidden_scale;
     const std::vector<std::int64_t> shape{el, p.capacity, kb};
-    require(s.defined() && s.dtype == DType::f32 && s.shape_vector() == shape && s.device == device,
-            "hidden_scale: expected " + shape_text(shape) + " f32 " + std::string(to_string(device)) +
-                " for fp8 hidden, given " + (s.defined() ? s.to_string() : std::string("absent")));
+    require(s.defined() && s.dtype == DType::f32 && s.shape_vector() == shape && s.device == device, [&] {
+      return "hidden_scale: expected " + shape_text(shape) + " f32 " + std::string(to_string(device)) +
+             " for fp8 hidden, given " + (s.defined() ? s.to_string() : std::string("absent"));
+    });
     const bool row_major = s.is_contiguous();
     const bool mn_major = s.strides[0] == kb * p.capacity && (s.strides[1] == 1 || p.capacity == 1) &&
                           (s.strides[2] == p.capacity || kb == 1);
-    require(row_major || mn_major, "hidden_scale: expected row-major strides or C contiguous (strides [" +
-                                       std::to_string(kb * p.capacity) + ", 1, " + std::to_string(p.capacity) + "])");
+    require(row_major || mn_major, [&] {
+      return "hidden_scale: expected row-major strides or C contiguous (strides [" + std::to_string(kb * p.capacity) +
+             ", 1, " + std::to_string(p.capacity) + "])";
+    });
     require(s.data != nullptr || s.numel() == 0, "hidden_scale: data pointer is null");
     p.scales_mn_major = !row_major;
   } else {
-    require(!a.hidden_scale.defined(), "hidden_scale: expected absent for bf16 hidden, given " + a.hidden_scale.to_string());
+    require(!a.hidden_scale.defined(),
+            [&] { return "hidden_scale: expected absent for bf16 hidden, given " + a.hidden_scale.to_string(); });
   }
   check_tensor("counts", a.counts, {DType::i32}, {el}, device);
   check_tensor("out", a.out, {DType::bf16}, {el, p.capacity, h}, device);
-  require(a.expected_rows >= 0 && a.expected_rows <= p.capacity,
-          "expected_rows: expected in [0, C=" + std::to_string(p.capacity) + "], given " + std::to_string(a.expected_rows));
+  require(a.expected_rows >= 0 && a.expected_rows <= p.capacity, [&] {
+    return "expected_rows: expected in [0, C=" + std::to_string(p.capacity) + "], given " + std::to_string(a.expected_rows);
+  });
   p.expected_rows = a.expected_rows > 0 ? a.expected_rows : p.capacity;
   return p;
 }
@@ -175,9 +201,10 @@ MaskedProblem check_args(const MoEConfig& c, const MaskedArgs& a, Device device)
 void check_topk_ids(const TensorView& ids, std::int64_t num_experts) {
   const std::int32_t* p = ids.ptr<std::int32_t>();
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
-    require(p[i] >= -1 && p[i] < num_experts,
-            "topk_ids: expected ids in [-1, " + std::to_string(num_experts) + "), given " +
-                std::to_string(p[i]) + " at flat index " + std::to_string(i));
+    require(p[i] >= -1 && p[i] < num_experts, [&] {
+      return "topk_ids: expected ids in [-1, " + std::to_string(num_experts) + "), given " + std::to_string(p[i]) +
+             " at flat index " + std::to_string(i);
+    });
   }
 }
 

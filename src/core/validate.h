@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 #include <vector>
 
@@ -16,6 +17,9 @@ namespace moekit::core {
 // A required tensor: defined, this dtype (one of `dtypes`), this shape, contiguous, on `device`.
 void check_tensor(std::string_view name, const TensorView& t, const std::vector<DType>& dtypes,
                   const std::vector<std::int64_t>& shape, Device device);
+// The same from braced lists, as every forward checks its tensors: nothing is allocated unless it fails.
+void check_tensor(std::string_view name, const TensorView& t, std::initializer_list<DType> dtypes,
+                  std::initializer_list<std::int64_t> shape, Device device);
 
 // Every weight in `device` memory; the static activation scales may also be on the host (their
 // value, > 0, is checked there only).

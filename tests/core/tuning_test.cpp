@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/tune.h"
+#include "moekit/moekit.h"
 #include "io/temp_dir.h"
 #include "scoped_env.h"
 
@@ -45,7 +46,7 @@ std::string json_of(const std::vector<io::TuningEntry>& entries) {
 TuningSource given(const std::vector<io::TuningEntry>& entries) {
   TuningOptions o;
   o.json = json_of(entries);
-  return load_tuning(o);
+  return load_tuning(o, kHere);
 }
 
 bool has_line(const std::vector<std::string>& lines, const std::string& text) {
@@ -110,39 +111,113 @@ TEST(CoreTuning, LoadingFollowsOptionsThenTheEnvironmentThenTheDefaultPath) {
   {
     const test::ScopedEnv env("MOEKIT_TUNING_CACHE", nullptr);
     EXPECT_EQ(default_tuning_cache_path(), dir.file("xdg") + "/moekit/tuning.json");
-    const TuningSource none = load_tuning({});
+    const TuningSource none = load_tuning({}, kHere);
     EXPECT_EQ(none.cache, nullptr);
-    EXPECT_NE(none.problem.find("the default path " + dir.file("xdg") + "/moekit/tuning.json does not exist"),
+    EXPECT_NE(none.problem.find("no per-user cache at " + dir.file("xdg") + "/moekit/tuning.json; none shipped for "
+                                "'NVIDIA H200' with 132 SMs in "),
               std::string::npos)
         << none.problem;
     std::filesystem::create_directories(dir.file("xdg") + "/moekit");
     std::filesystem::copy_file(file, dir.file("xdg") + "/moekit/tuning.json");
-    const TuningSource by_default = load_tuning({});
+    const TuningSource by_default = load_tuning({}, kHere);
     ASSERT_NE(by_default.cache, nullptr) << by_default.problem;
     EXPECT_EQ(by_default.origin, "the default path");
   }
   {
     const test::ScopedEnv env("MOEKIT_TUNING_CACHE", file.c_str());
-    const TuningSource s = load_tuning({});
+    const TuningSource s = load_tuning({}, kHere);
     ASSERT_NE(s.cache, nullptr) << s.problem;
     EXPECT_EQ(s.file, file);
     EXPECT_EQ(s.origin, "MOEKIT_TUNING_CACHE");
     EXPECT_EQ(s.cache->entries.size(), 1u);
-    const TuningSource off = load_tuning({"off", ""});
+    const TuningSource off = load_tuning({"off", ""}, kHere);
     EXPECT_EQ(off.cache, nullptr);
     EXPECT_EQ(off.problem, "off (LayerOptions::tuning)");
-    const TuningSource bad = load_tuning({corrupt, ""});
+    const TuningSource bad = load_tuning({corrupt, ""}, kHere);
     EXPECT_EQ(bad.cache, nullptr);
     EXPECT_NE(bad.problem.find("rejected: " + corrupt + ": invalid JSON"), std::string::npos) << bad.problem;
-    const TuningSource missing = load_tuning({dir.file("missing.json"), ""});
+    const TuningSource missing = load_tuning({dir.file("missing.json"), ""}, kHere);
     EXPECT_EQ(missing.cache, nullptr);
     EXPECT_NE(missing.problem.find("cannot open"), std::string::npos) << missing.problem;
     EXPECT_NE(TunedTable(bad, kHere, problem(), "experts").report()[0].find("none (rejected:"), std::string::npos);
   }
   {
     const test::ScopedEnv env("MOEKIT_TUNING_CACHE", "off");
-    EXPECT_EQ(load_tuning({}).problem, "off (MOEKIT_TUNING_CACHE)");
+    EXPECT_EQ(load_tuning({}, kHere).problem, "off (MOEKIT_TUNING_CACHE)");
   }
+}
+
+// The caches shipped in data/tuning/, as an installed moekit holds them beside its binary.
+const std::string kShipped = std::string(MOEKIT_TEST_DATA) + "/../../data/tuning";
+
+// A layer reads the shipped cache of its GPU: found by GPU name and SM count (a fake GPU, or the
+// same name with other SMs, has none: the heuristic decides), its entries then matched one by one.
+TEST(CoreTuning, TheShippedCacheIsFoundByGpuNameAndSmCount) {
+  const io::TuningDevice h200{"NVIDIA H200", 132, "13.0", std::string(version())};
+  const TuningSource shipped = shipped_tuning(h200, {"/nonexistent", kShipped});
+  ASSERT_NE(shipped.cache, nullptr) << shipped.problem;
+  EXPECT_EQ(std::filesystem::path(shipped.file).filename(), "h200.json");
+  EXPECT_EQ(shipped.origin, "shipped with moekit for NVIDIA H200 with 132 SMs");
+  io::TuningProblem deepseek = problem();
+  deepseek.experts = 256;
+  deepseek.hidden = 7168;
+  deepseek.intermediate = 2048;
+  const TunedTable tuned(shipped, h200, deepseek, "experts");
+  EXPECT_NE(tuned.find(256), nullptr) << tuned.report()[0];
+  EXPECT_NE(tuned.report()[0].find("h200.json (shipped with moekit for NVIDIA H200 with 132 SMs)"), std::string::npos);
+
+  for (const io::TuningDevice& other : {io::TuningDevice{"NVIDIA Fake GPU", 132, "13.0", "0.1.0"},
+                                        io::TuningDevice{"NVIDIA H200", 114, "13.0", "0.1.0"}}) {
+    const TuningSource none = shipped_tuning(other, {kShipped});
+    EXPECT_EQ(none.cache, nullptr) << other.to_string();
+    EXPECT_EQ(none.problem, "none shipped for '" + other.gpu + "' with " + std::to_string(other.sms) + " SMs in " + kShipped);
+    EXPECT_EQ(TunedTable(none, other, deepseek, "experts").find(256), nullptr);
+  }
+}
+
+// The first file (by name) measured on the GPU is taken; a broken one is passed over.
+TEST(CoreTuning, TheShippedCacheIsTheFirstFileOfTheGpuAndBrokenFilesAreSkipped) {
+  test::TempDir dir;
+  io::TuningEntry fake = entry(1, "a");
+  fake.device.gpu = "NVIDIA Fake GPU";
+  std::ofstream(dir.file("a.json")) << "{";
+  std::ofstream(dir.file("b.json")) << json_of({fake});
+  std::ofstream(dir.file("c.json")) << json_of({entry(1, "a")});
+  std::ofstream(dir.file("d.json")) << json_of({entry(2, "a")});
+  std::ofstream(dir.file("notes.txt")) << json_of({entry(1, "a")});
+  const TuningSource s = shipped_tuning(kHere, {dir.file("")});
+  ASSERT_NE(s.cache, nullptr) << s.problem;
+  EXPECT_EQ(std::filesystem::path(s.file).filename(), "c.json");
+  EXPECT_EQ(shipped_tuning(fake.device, {dir.file("")}).file, dir.file("b.json"));
+}
+
+// With no option, variable or per-user file, a layer takes the cache shipped beside its binary
+// (here: the test program's folder); without a GPU, none.
+TEST(CoreTuning, LoadingEndsWithTheCacheShippedBesideTheBinary) {
+  test::TempDir dir;
+  const test::ScopedEnv env("MOEKIT_TUNING_CACHE", nullptr);
+  const test::ScopedEnv xdg("XDG_CACHE_HOME", dir.file("xdg").c_str());
+  const std::vector<std::string> dirs = shipped_tuning_dirs();
+  const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe");
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], (exe.parent_path() / "tuning").string());
+  EXPECT_EQ(dirs[1], (exe.parent_path().parent_path() / "share" / "moekit" / "tuning").string());
+  ASSERT_FALSE(std::filesystem::exists(dirs[0])) << "the test makes it";
+  std::filesystem::create_directories(dirs[0]);
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove_all(path); }
+  } remove{dirs[0]};
+  std::ofstream(dirs[0] + "/gpu.json") << json_of({entry(1, "a")});
+  const TuningSource s = load_tuning({}, kHere);
+  ASSERT_NE(s.cache, nullptr) << s.problem;
+  EXPECT_EQ(s.file, dirs[0] + "/gpu.json");
+  EXPECT_EQ(s.origin, "shipped with moekit for NVIDIA H200 with 132 SMs; MOEKIT_TUNING_CACHE unset, no per-user cache at " +
+                          dir.file("xdg") + "/moekit/tuning.json");
+  EXPECT_EQ(load_tuning({"off", ""}, kHere).cache, nullptr);
+  const TuningSource no_gpu = load_tuning({}, {"none", 0, "none", "0.1.0"});
+  EXPECT_EQ(no_gpu.cache, nullptr);
+  EXPECT_NE(no_gpu.problem.find("no GPU, so no shipped cache"), std::string::npos) << no_gpu.problem;
 }
 
 // Times from a table; counts the calls.

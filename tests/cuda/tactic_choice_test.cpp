@@ -92,7 +92,7 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
   }
   io::TuningCache cache{entries};
   TuningOptions options{"", io::write_tuning_cache(cache)};
-  const cuda::TacticChooser tuned(c, core::load_tuning(options), kHere);
+  const cuda::TacticChooser tuned(c, core::load_tuning(options, kHere), kHere);
   const cuda::TacticChooser heuristic(c, nullptr);
   for (std::int64_t t = 1; t <= 16384; t *= 2) {
     const cuda::TacticProblem p{c, t, 0, false};
@@ -142,7 +142,7 @@ io::TuningEntry entry_for(const MoEConfig& c, std::int64_t tokens, const std::st
 
 cuda::TacticChooser chooser(const MoEConfig& c, const std::vector<io::TuningEntry>& entries) {
   io::TuningCache cache{entries};
-  return cuda::TacticChooser(c, core::load_tuning({"tuning.json", io::write_tuning_cache(cache)}), kHere);
+  return cuda::TacticChooser(c, core::load_tuning({"tuning.json", io::write_tuning_cache(cache)}, kHere), kHere);
 }
 
 TEST(TacticChooser, TakesATunedTacticThatDiffersFromTheHeuristics) {

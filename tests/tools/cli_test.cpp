@@ -253,6 +253,34 @@ TEST(ToolsCli, ExplainShowsTheTuningCacheAndWhyEntriesAreIgnored) {
 #endif
 }
 
+// Issue #31: with no setting at all, explain takes the cache shipped for the GPU (tuning/ beside this
+// CLI), found by name and SM count; a GPU none was shipped for (a fake name) gets the heuristic.
+TEST(ToolsCli, ExplainFindsTheCacheShippedForTheGpuByNameAndSmCount) {
+  TempDir dir;
+  const std::string env = "MOEKIT_TUNING_CACHE= XDG_CACHE_HOME=" + dir.file("xdg");
+  const Result h200 = moekit("explain --preset deepseek-v3 --gpu 'NVIDIA H200:132'", env);
+  const Result fake = moekit("explain --preset deepseek-v3 --gpu 'NVIDIA Fake GPU:132'", env);
+  const Result off = moekit("explain --preset deepseek-v3 --gpu 'NVIDIA H200:132' --tuning-cache off", env);
+  const Result bad = moekit("explain --preset deepseek-v3 --gpu 132", env);
+  EXPECT_EQ(h200.code, 0) << h200.err;
+  EXPECT_EQ(fake.code, 0) << fake.err;
+  EXPECT_EQ(off.code, 0) << off.err;
+  const std::string cli_dir = std::filesystem::path(MOEKIT_CLI_PATH).parent_path().string();
+  EXPECT_NE(h200.out.find("tuning cache: " + cli_dir + "/tuning/h200.json (shipped with moekit for NVIDIA H200 with 132 "
+                          "SMs; MOEKIT_TUNING_CACHE unset, no per-user cache at " + dir.file("xdg") + "/moekit/tuning.json)"),
+            std::string::npos)
+      << h200.out;
+  EXPECT_NE(fake.out.find("tuning cache: none (no per-user cache at " + dir.file("xdg") + "/moekit/tuning.json; none "
+                          "shipped for 'NVIDIA Fake GPU' with 132 SMs in " + cli_dir + "/tuning, "),
+            std::string::npos)
+      << fake.out;
+  EXPECT_NE(fake.out.find(": heuristic ("), std::string::npos) << fake.out;
+  EXPECT_EQ(fake.out.find("tuned ("), std::string::npos) << fake.out;
+  EXPECT_NE(off.out.find("tuning cache: none (off (LayerOptions::tuning))"), std::string::npos) << off.out;
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--gpu: expected NAME:SMS, e.g. 'NVIDIA H200:132', given '132'"), std::string::npos) << bad.err;
+}
+
 TEST(ToolsCli, TuneWithoutAGpuFailsInOneLine) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is here: scripts/device-tune.sh tunes";
   TempDir dir;

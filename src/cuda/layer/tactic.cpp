@@ -230,7 +230,7 @@ io::TuningDevice this_device() {
 }
 
 TacticChooser::TacticChooser(const MoEConfig& config, const TuningOptions* options)
-    : TacticChooser(config, options ? core::load_tuning(*options) : core::TuningSource{{}, {}, nullptr, "not read"},
+    : TacticChooser(config, options ? core::load_tuning(*options, this_device()) : core::TuningSource{{}, {}, nullptr, "not read"},
                     this_device()) {}
 
 TacticChooser::TacticChooser(const MoEConfig& config, const core::TuningSource& source, const io::TuningDevice& here)

@@ -234,7 +234,7 @@ PlanParams params_of(const PlanProblem& p, const PlanArgs& args) {
 }  // namespace
 
 OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
-  require(choose_path(p) == PlanPath::one_block, "permute plan: " + p.to_string() + " is not a one-block problem");
+  require(choose_path(p) == PlanPath::one_block, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
   OneBlockLaunch l{params_of(p, args), 0};
   const OneBlockTiling tiles = one_block_tiling(p);
   l.params.pieces = tiles.pieces;

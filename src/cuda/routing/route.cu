@@ -112,8 +112,9 @@ void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
   require(status.is_ok(), status.reason());
   if (p.tokens == 0) return;
   require(args.logits && args.topk_ids && args.topk_weights, "routing: logits, topk_ids and topk_weights are required");
-  require(!p.config.uses_bias() || args.bias, "routing: " + std::string(moekit::to_string(p.config.method)) +
-                                                  " needs the e_score_correction_bias");
+  require(!p.config.uses_bias() || args.bias, [&] {
+    return "routing: " + std::string(moekit::to_string(p.config.method)) + " needs the e_score_correction_bias";
+  });
   const Launch l = plan(p);
   KernelParams kp{};
   kp.logits = args.logits;
