@@ -176,14 +176,14 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
 
 std::size_t workspace_size(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {
   const Entry* e = find(desc.kind, config.tile);
-  require(e != nullptr, "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string());
+  require(e != nullptr, [&] { return "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string(); });
   return e->workspace_size(desc);
 }
 
 void run_grouped_gemm(const GroupedGemmDesc& desc, const GroupedGemmConfig& config, const GroupedGemmArgs& args,
                       void* workspace, void* stream) {
   const Entry* e = find(desc.kind, config.tile);
-  require(e != nullptr, "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string());
+  require(e != nullptr, [&] { return "grouped GEMM: no kernel for " + desc.to_string() + " with " + config.to_string(); });
   e->run(desc, args, workspace, static_cast<cudaStream_t>(stream));
 }
 

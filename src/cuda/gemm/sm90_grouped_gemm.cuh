@@ -218,10 +218,10 @@ struct Runner {
     const auto cutlass_args = arguments(g, groups);
     cutlass::Status s = gemm.initialize(cutlass_args, base + arrays, stream);
     require(s == cutlass::Status::kSuccess,
-            std::string("grouped GEMM: CUTLASS initialize failed: ") + cutlass::cutlassGetStatusString(s));
+            [&] { return std::string("grouped GEMM: CUTLASS initialize failed: ") + cutlass::cutlassGetStatusString(s); });
     s = gemm.run(stream);
     require(s == cutlass::Status::kSuccess,
-            std::string("grouped GEMM: CUTLASS run failed: ") + cutlass::cutlassGetStatusString(s));
+            [&] { return std::string("grouped GEMM: CUTLASS run failed: ") + cutlass::cutlassGetStatusString(s); });
   }
 };
 

@@ -335,7 +335,7 @@ inline CUtensorMap tile_map(const void* base, std::int64_t rows, std::int64_t k,
                                        box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, "FP8 WGMMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  require(r == CUDA_SUCCESS, [&] { return "FP8 WGMMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")"; });
   return map;
 }
 
@@ -352,7 +352,7 @@ inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs
   const std::int64_t row_tiles = (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows);
   const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
   // Below 2^30: a block's next tile index (index + grid, both below `blocks`) stays an int.
-  require(blocks < (std::int64_t(1) << 30), "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks));
+  require(blocks < (std::int64_t(1) << 30), [&] { return "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks); });
   return {unsigned(blocks), tile_map(args.a, desc.max_rows, desc.k, tile_rows),
           tile_map(args.w, desc.groups * desc.n, desc.k, kTileN),
           Params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),

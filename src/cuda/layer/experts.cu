@@ -460,7 +460,7 @@ class Experts final : public core::ExpertsStage {
   }
 
   Buffers carve(core::Carver& c, const core::StageProblem& p, const Plan& m) const {
-    require(m.status.is_ok(), "backend cuda: " + m.status.reason());
+    require(m.status.is_ok(), [&] { return "backend cuda: " + m.status.reason(); });
     const std::int64_t rows = max_rows(p), el = config_.local_experts();
     const std::int64_t h = config_.hidden_size, w = config_.gemm1_width(), inter = config_.intermediate_size;
     const QuantScheme scheme = config_.quant.scheme;
