@@ -7,6 +7,7 @@
 
 #include "core/ep_pipeline.h"
 #include "core/parallel.h"
+#include "core/shared.h"
 #include "core/stages.h"
 #include "core/validate.h"
 #include "moekit/comm.h"
@@ -46,7 +47,7 @@ PreparedWeights::PreparedWeights(const MoEConfig& config, const Weights& weights
   impl->selection = select_backend(config, weights, options.max_tokens, options.backend);
   impl->backend = &backend_named(impl->selection.chosen);
   impl->max_tokens = options.max_tokens;
-  impl->weights = impl->backend->prepare(config, weights, core::Preparation::memory, stream);
+  impl->weights = impl->backend->prepare(core::experts_config(config), weights, core::Preparation::memory, stream);
   impl_ = std::move(impl);
 }
 
@@ -59,6 +60,7 @@ std::size_t PreparedWeights::owned_bytes() const { return impl_->weights->owned_
 struct Layer::Impl {
   PreparedWeights prepared;
   MoEConfig config;
+  MoEConfig stages_config;  // what the stages after routing run (core/shared.h)
   const core::BackendImpl* backend = nullptr;
   core::StageSet stages;
   std::int64_t max_tokens = 0;  // LayerOptions::max_tokens
@@ -72,35 +74,38 @@ struct Layer::Impl {
   // Everything one call needs, carved from one buffer.
   struct Buffers {
     TensorView topk_ids, topk_weights;  // used when fused routing has no caller outputs
+    TensorView shared_ids, shared_weights;  // [T, k + S]: the routing with the shared experts
     QuantizedRows prepared;
     TensorView expert_out, slot_rows;
-    core::Workspace router_ws, prepare_ws, experts_ws, finalize_ws;
+    core::Workspace router_ws, shared_ws, prepare_ws, experts_ws, finalize_ws;
   };
 
   Buffers carve(core::Carver& c, const core::StageProblem& p) const {
     const Device d = backend->device();
     const std::int64_t t = p.tokens, k = config.top_k(), h = config.hidden_size;
     const QuantScheme scheme = config.quant.scheme;
+    const core::StageProblem after = stages_problem(p);
     Buffers b;
     b.topk_ids = c.tensor(DType::i32, {t, k}, d);
     b.topk_weights = c.tensor(DType::f32, {t, k}, d);
-    if (ep) {  // the EP pipeline holds the rest
-      const std::size_t n = stages.router->workspace_size(p);
-      b.router_ws = core::Workspace{c.take(n), n};
-      return b;
+    if (config.shared_experts > 0) {
+      b.shared_ids = c.tensor(DType::i32, {t, stages_config.top_k()}, d);
+      b.shared_weights = c.tensor(DType::f32, {t, stages_config.top_k()}, d);
     }
-    b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
-    if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
-    b.expert_out = c.tensor(DType::bf16, {stages.experts->max_rows(p), h}, d);
-    b.slot_rows = c.tensor(DType::i32, {t, k}, d);
-    auto workspace = [&](const core::Stage& s) {
-      const std::size_t n = s.workspace_size(p);
+    auto workspace = [&](const core::Stage& s, const core::StageProblem& q) {
+      const std::size_t n = s.workspace_size(q);
       return core::Workspace{c.take(n), n};
     };
-    b.router_ws = workspace(*stages.router);
-    b.prepare_ws = workspace(*stages.prepare);
-    b.experts_ws = workspace(*stages.experts);
-    b.finalize_ws = workspace(*stages.finalize);
+    b.router_ws = workspace(*stages.router, p);
+    b.shared_ws = workspace(*stages.shared, p);
+    if (ep) return b;  // the EP pipeline holds the rest
+    b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
+    if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
+    b.expert_out = c.tensor(DType::bf16, {stages.experts->max_rows(after), h}, d);
+    b.slot_rows = c.tensor(DType::i32, {t, stages_config.top_k()}, d);
+    b.prepare_ws = workspace(*stages.prepare, after);
+    b.experts_ws = workspace(*stages.experts, after);
+    b.finalize_ws = workspace(*stages.finalize, after);
     return b;
   }
 
@@ -154,8 +159,18 @@ struct Layer::Impl {
     stages.router->run(p, {{args.router_logits, bias}, {ids, weights}}, b.router_ws, stream);
   }
 
-  void run(const core::StageProblem& p, const Buffers& b, const TensorView& hidden, const TensorView& ids,
-           const TensorView& weights, const TensorView& out, Stream stream) const {
+  // The layer's routing, with the shared experts appended where the layer has them (core/shared.h),
+  // through the stages after routing.
+  void run(const core::StageProblem& routed, const Buffers& b, const TensorView& hidden, const TensorView& routed_ids,
+           const TensorView& routed_weights, const TensorView& out, Stream stream) const {
+    const bool shared = config.shared_experts > 0;
+    if (shared) {
+      core::mark_step(routed, "shared", stream);
+      stages.shared->run(routed, {routed_ids, routed_weights, b.shared_ids, b.shared_weights}, b.shared_ws, stream);
+    }
+    const core::StageProblem p = stages_problem(routed);
+    const TensorView& ids = shared ? b.shared_ids : routed_ids;
+    const TensorView& weights = shared ? b.shared_weights : routed_weights;
     if (ep) {
       ep->run(p, hidden, ids, weights, out, stream);
     } else {
@@ -184,10 +199,14 @@ struct Layer::Impl {
   }
 
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
+  core::StageProblem stages_problem(core::StageProblem p) const {
+    p.config = stages_config;
+    return p;
+  }
 
   // The masked format: the experts stage alone, with its workspace.
   core::MaskedProblem checked_masked(const MaskedArgs& args) const {
-    core::MaskedProblem p = core::check_args(config, args, backend->device());
+    core::MaskedProblem p = core::check_args(stages_config, args, backend->device());
     p.observer = observer;
     const Status status = stages.experts->can_implement_masked(p);
     require(bool(status), "backend " + std::string(backend->name()) + ": " + status.reason());
@@ -202,7 +221,7 @@ struct Layer::Impl {
   // A problem of capacity C for sizing: bf16 input (what needs the most workspace) and C rows expected.
   core::MaskedProblem masked_sizing(std::int64_t capacity) const {
     core::MaskedProblem p;
-    p.config = config;
+    p.config = stages_config;
     p.capacity = capacity;
     p.expected_rows = capacity;
     return p;
@@ -222,6 +241,7 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
   Impl& m = *impl_;
   const PreparedWeights::Impl& w = *weights.impl_;
   m.config = w.config;
+  m.stages_config = core::experts_config(w.config);
   m.backend = w.backend;
   require(options.backend == "auto" || options.backend == w.backend->name(),
           "backend: the weights were prepared for '" + std::string(w.backend->name()) + "', given '" +
@@ -235,14 +255,14 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
   m.observer = options.observer;
   m.max_tokens = options.max_tokens;
-  m.stages = m.backend->make_stages(config, w.weights, &options.tuning);
+  m.stages = m.backend->make_stages(m.stages_config, w.weights, &options.tuning);
   if (m.max_tokens > w.max_tokens) {
     const Status status = core::check_stages(m.stages, m.problem(m.max_tokens));
     require(bool(status), "backend " + std::string(m.backend->name()) + " cannot run max_tokens=" +
                               std::to_string(m.max_tokens) + ": " + status.reason());
   }
   if (options.comm)
-    m.ep = std::make_unique<core::EpPipeline>(config, *m.backend, m.stages, *options.comm, options.ep);
+    m.ep = std::make_unique<core::EpPipeline>(m.stages_config, *m.backend, m.stages, *options.comm, options.ep);
 }
 
 Layer::~Layer() = default;
