@@ -21,6 +21,7 @@ struct BenchCase {
   double host_us = 0;                                  // GPU: the median host time of one eager call (enqueue, no wait)
   std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
   std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
+  double routed_us = 0, shared_us = 0;                 // --shared-experts: the layer's two parts timed apart
 };
 
 struct BenchRecord {

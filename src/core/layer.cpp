@@ -253,6 +253,11 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
           "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
               std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
+  // Every rank holds the shared experts and would add them to its tokens' partial output.
+  require(!alone || config.ep_size == 1 || config.shared_experts == 0,
+          "ep.scope: this_rank leaves the sum of the ranks' outputs to the caller, and every rank would add the " +
+              std::to_string(config.shared_experts) + " shared experts to it; use scope group (the layer runs them "
+              "once per token, on the token's rank)");
   m.observer = options.observer;
   m.max_tokens = options.max_tokens;
   m.stages = m.backend->make_stages(m.stages_config, w.weights, &options.tuning);

@@ -1,9 +1,31 @@
 #include "core/shared.h"
 
+#include <cstddef>
+#include <vector>
+
 #include "core/parallel.h"
 
 namespace moekit::core {
 namespace {
+
+// Experts [first, first + count) of a weight tensor [experts, ...] (absent stays absent).
+TensorView experts_of(const TensorView& t, std::int64_t first, std::int64_t count) {
+  if (!t.defined()) return t;
+  std::vector<std::int64_t> shape = t.shape_vector();
+  const std::size_t per_expert = t.nbytes() / std::size_t(shape[0]);
+  shape[0] = count;
+  return TensorView::contiguous(static_cast<std::byte*>(t.data) + per_expert * std::size_t(first), t.dtype, shape,
+                                t.device);
+}
+
+Weights weights_of(const Weights& w, std::int64_t first, std::int64_t count) {
+  Weights part = w;
+  part.w13 = experts_of(w.w13, first, count);
+  part.w2 = experts_of(w.w2, first, count);
+  part.w13_scale = experts_of(w.w13_scale, first, count);
+  part.w2_scale = experts_of(w.w2_scale, first, count);
+  return part;
+}
 
 // A routed id among experts_config's ids; -1 for one outside [0, E).
 std::int32_t expert_id_of(std::int64_t id, const MoEConfig& c) {
@@ -45,6 +67,24 @@ void append_shared(const MoEConfig& c, std::int64_t tokens, const std::int32_t* 
       }
     }
   });
+}
+
+SharedParts split_shared(const MoEConfig& c, const Weights& w) {
+  SharedParts p;
+  p.routed = c;
+  p.routed.shared_experts = 0;
+  p.routed.shared_expert_weight = 1.0f;
+  p.routed_weights = weights_of(w, 0, c.local_experts());
+  p.shared = p.routed;
+  p.shared.num_experts = c.shared_experts;
+  p.shared.ep_size = 1;
+  p.shared.ep_rank = 0;
+  p.shared.routing = RoutingConfig{};
+  p.shared.routing.method = RoutingMethod::external;
+  p.shared.routing.top_k = int(c.shared_experts);
+  p.shared_weights = weights_of(w, c.local_experts(), c.shared_experts);
+  p.shared_weights.e_score_correction_bias = {};
+  return p;
 }
 
 }  // namespace moekit::core

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "moekit/config.h"
+#include "moekit/layer.h"
 
 namespace moekit::core {
 
@@ -30,5 +31,15 @@ std::int64_t weight_owner(const MoEConfig& config, std::int64_t x);
 // The appended routing on the host (the CPU backend's stage): out [T, k + S] from [T, k].
 void append_shared(const MoEConfig& config, std::int64_t tokens, const std::int32_t* topk_ids,
                    const float* topk_weights, std::int32_t* out_ids, float* out_weights);
+
+// A shared-expert layer as the two plain layers it fuses, views of its weights (nothing copied):
+// the routed experts (config without shared experts) and the shared ones alone (S experts, k = S,
+// external routing: every token to all of them, with shared_expert_weight). For timing the two
+// apart (moekit bench) and for the tests' reference.
+struct SharedParts {
+  MoEConfig routed, shared;
+  Weights routed_weights, shared_weights;
+};
+SharedParts split_shared(const MoEConfig& config, const Weights& weights);
 
 }  // namespace moekit::core
