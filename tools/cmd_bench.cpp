@@ -79,7 +79,11 @@ Problem preset_problem(const std::string& name, const Args& args, std::uint64_t 
   Problem p;
   p.name = name;
   p.seed = seed;
-  p.config = io::with_shared(io::find_preset(name), shared_experts_of(args));
+  try {
+    p.config = io::with_shared(io::find_preset(name), shared_experts_of(args));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   if (args.has("quant")) p.config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
   apply_run_options(p.config, args);
   std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
