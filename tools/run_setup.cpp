@@ -110,11 +110,11 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
   const io::ImportOptions options{ep_size, ep_rank, shared_experts_of(args)};
   if (depth == SetupDepth::problem) {
-    s.config = as_usage([&] { return io::inspect_hf_layer(folder, layer, options); });
+    s.config = io::inspect_hf_layer(folder, layer, options);
     apply_run_options(s.config, args);
     return;
   }
-  s.checkpoint = as_usage([&] { return io::import_hf_layer(folder, layer, options); });
+  s.checkpoint = io::import_hf_layer(folder, layer, options);
   s.config = s.checkpoint->config;
   apply_run_options(s.config, args);
   s.weights = s.checkpoint->weights();
