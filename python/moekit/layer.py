@@ -160,7 +160,8 @@ class MoELayer:
 
     def forward_masked(self, hidden, counts, *, hidden_scale=None, expected_rows=0):
         """The experts alone on tokens already grouped by local expert (the masked format of
-        DeepEP's low-latency dispatch and DeepGEMM's masked GEMMs): hidden [E_local, C, H] bfloat16,
+        DeepEP's low-latency dispatch and DeepGEMM's masked GEMMs; E_local counts the layer's shared
+        experts, the last blocks): hidden [E_local, C, H] bfloat16,
         or float8_e4m3fn with hidden_scale [E_local, C, ceil(H/128)] float32 (fp8-block layers;
         row-major or C-contiguous, as DeepEP gives them); counts [E_local] int32, the rows of each
         block that hold a token (clamped to [0, C]). Returns [E_local, C, H] bfloat16: each row below
