@@ -145,6 +145,8 @@ TEST(CudaLayerSharedGraph, ReplaysWithTheEagerBits) {
     const FusedArgs args{h.view(), logits.view(), out.view(), {}, {}};
     cudaStream_t stream;
     MOEKIT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    layer.forward(args, workspace, stream);  // first-call host setup (kernel attributes) outside the capture
+    MOEKIT_EXPECT_CUDA(cudaStreamSynchronize(stream));
     cudaGraph_t graph = nullptr;
     MOEKIT_EXPECT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     layer.forward(args, workspace, stream);
