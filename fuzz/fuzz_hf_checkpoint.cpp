@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (nul == std::string_view::npos) fuzz::remove_file("model.safetensors");
   else fuzz::write_file("model.safetensors", input.substr(nul + 1));
   for (const int layer : {0, 1})
-    for (const io::ImportOptions options : {io::ImportOptions{1, 0}, io::ImportOptions{2, 1}}) {
+    // The last with DeepSeek's shared experts, where config.json has n_shared_experts 1.
+    for (const io::ImportOptions options : {io::ImportOptions{1, 0}, io::ImportOptions{2, 1}, io::ImportOptions{2, 1, 1}}) {
       try {
         const io::CheckpointLayer imported = io::import_hf_layer(fuzz::scratch_dir(), layer, options);
         // What was imported is what validation accepts.

@@ -61,6 +61,7 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
       << ", \"graph\": " << (c.graph ? "true" : "false");
     if (!c.tuning.empty()) j << ", \"tuning_cache\": " << quoted(c.tuning);
     if (c.host_us > 0) j << ", \"host_us\": " << number(c.host_us);
+    if (c.routed_us > 0) j << ", \"routed_us\": " << number(c.routed_us) << ", \"shared_us\": " << number(c.shared_us);
     auto steps = [&](const char* key, const std::vector<std::pair<std::string, double>>& steps) {
       if (steps.empty()) return;
       j << ", \"" << key << "\": {";

@@ -22,6 +22,7 @@
 #include "bench_roofline.h"
 #include "bench_steps.h"
 #include "commands.h"
+#include "core/shared.h"
 #include "core/synthetic.h"
 #include "io/layer_file.h"
 #include "io/presets.h"
@@ -78,7 +79,11 @@ Problem preset_problem(const std::string& name, const Args& args, std::uint64_t 
   Problem p;
   p.name = name;
   p.seed = seed;
-  p.config = io::find_preset(name).config;
+  try {
+    p.config = io::with_shared(io::find_preset(name), shared_experts_of(args));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   if (args.has("quant")) p.config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
   apply_run_options(p.config, args);
   std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
@@ -89,6 +94,8 @@ Problem preset_problem(const std::string& name, const Args& args, std::uint64_t 
 Problem file_problem(const std::string& path, const Args& args) {
   if (args.has("preset") || args.has("quant"))
     throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
+  if (args.has("shared-experts"))
+    throw UsageError("--shared-experts: an --inputs layer file says its own shared experts; drop --shared-experts");
   Problem p;
   std::fprintf(stderr, "bench: reading %s...\n", path.c_str());
   p.file = io::read_layer_file(path);
@@ -106,6 +113,30 @@ struct Inputs {
   DeviceTensor ids, weights, out;
   Tensor host_ids, host_weights;
 };
+
+// A shared-expert layer's two parts prepared apart (core::split_shared): what it fuses, timed one
+// after the other on the same inputs (what an engine that runs the shared experts beside the
+// routed ones does without a second stream).
+struct Apart {
+  core::SharedParts parts;
+  PreparedWeights routed, shared;
+  Apart(const Problem& p, const LayerOptions& prepare)
+      : parts(core::split_shared(p.config, p.weights())),
+        routed(parts.routed, parts.routed_weights, prepare),
+        shared(parts.shared, parts.shared_weights, prepare),
+        weight(p.config.shared_expert_weight) {}
+  float weight;  // the shared experts' routing weight
+};
+
+// The routing the fused layer's stages see (the shared experts appended), on the host: the roofline
+// counts their pairs and weights.
+Tensor stage_ids(const MoEConfig& c, const Inputs& in) {
+  const std::int64_t tokens = in.host_ids.size(0), k = c.top_k() + c.shared_experts;
+  Tensor ids(DType::i32, {tokens, k}), weights(DType::f32, {tokens, k});
+  core::append_shared(c, tokens, in.host_ids.ptr<std::int32_t>(), in.host_weights.ptr<float>(), ids.ptr<std::int32_t>(),
+                      weights.ptr<float>());
+  return ids;
+}
 
 Inputs make_inputs(const Problem& p, std::int64_t tokens, Device device) {
   const MoEConfig& c = p.config;
@@ -252,13 +283,51 @@ void print_case(const BenchCase& r) {
   if (!r.host_steps.empty())
     std::printf("    host per step (µs, median, enqueue only): %s\n", steps_line(r.host_steps).c_str());
   if (!r.tuning.empty()) std::printf("    tuning cache: %s\n", r.tuning.c_str());
+  if (r.routed_us > 0)
+    std::printf("    apart: routed %.1f us + shared %.1f us = %.1f us; fused %.1f us (%.2fx)\n", r.routed_us, r.shared_us,
+                r.routed_us + r.shared_us, r.us, r.us / (r.routed_us + r.shared_us));
   if (!r.stages.empty())
     std::printf("    stages (µs, eager, events between steps): %s\n", steps_line(r.stages).c_str());
   std::fflush(stdout);
 }
 
+// r.routed_us and r.shared_us: the two parts of r's layer timed on the same inputs as it.
+void time_apart(const Apart& apart, const LayerOptions& options, const Settings& settings, Inputs& in, int runs,
+                BenchCase& r) {
+  Layer routed(apart.routed, options), shared(apart.shared, options);
+  const Device device = routed.device();
+  const std::int64_t count = apart.parts.shared.top_k();
+  Tensor ids(DType::i32, {r.tokens, count}), weights(DType::f32, {r.tokens, count});
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    ids.ptr<std::int32_t>()[i] = std::int32_t(i % count);  // every token to each shared expert
+    weights.ptr<float>()[i] = apart.weight;
+  }
+  DeviceTensor d_ids(DType::i32, ids.shape(), device), d_weights(DType::f32, weights.shape(), device);
+  d_ids.copy_from(ids.view());
+  d_weights.copy_from(weights.view());
+  const std::function<void(int, Stream)> routed_call = [&](int set, Stream stream) {
+    const std::size_t s = std::size_t(set);
+    if (settings.fused)
+      routed.forward(FusedArgs{in.hidden[s].view(), in.logits[s].view(), in.out.view(), in.ids.view(), in.weights.view()},
+                     stream);
+    else
+      routed.forward(ExternalArgs{in.hidden[s].view(), in.ids.view(), in.weights.view(), in.out.view()}, stream);
+  };
+  const std::function<void(int, Stream)> shared_call = [&](int set, Stream stream) {
+    shared.forward(ExternalArgs{in.hidden[std::size_t(set)].view(), d_ids.view(), d_weights.view(), in.out.view()}, stream);
+  };
+  for (int w = 0; w < 2; ++w) {  // allocates before any capture
+    routed_call(w % kInputSets, nullptr);
+    shared_call(w % kInputSets, nullptr);
+  }
+  synchronize(device);
+  r.routed_us = time_calls(device, runs, r.graph, routed_call);
+  r.shared_us = time_calls(device, runs, r.graph, shared_call);
+}
+
 void bench_problem(const Problem& p, const Settings& settings, const std::string& tuning,
-                   const PreparedWeights& prepared, const Ceilings& ceilings, std::vector<BenchCase>& results) {
+                   const PreparedWeights& prepared, const Apart* apart, const Ceilings& ceilings,
+                   std::vector<BenchCase>& results) {
   StepTimes steps(prepared.device());
   LayerOptions options;
   options.observer = &steps;  // inactive (costs nothing) except in the --stages calls
@@ -294,7 +363,9 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
     r.tuning = tuning;
-    r.roof = roofline(p.config, in.host_ids.view());
+    const bool shares = p.config.shared_experts > 0;
+    r.roof = shares ? roofline(core::experts_config(p.config), stage_ids(p.config, in).view())
+                    : roofline(p.config, in.host_ids.view());
     r.floor_us = r.roof.floor_us(ceilings, p.config.quant.scheme);
     r.graph = device == Device::cuda && (settings.graph == "on" || (settings.graph == "auto" && tokens <= 512));
     for (int w = 0; w < 2; ++w) call(w % kInputSets, nullptr);  // allocates before any capture
@@ -305,6 +376,7 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
       r.host_steps = time_steps(device, runs, steps, StepClock::host, call);
     }
     if (settings.stages) r.stages = time_steps(device, runs, steps, StepClock::device, call);
+    if (apart) time_apart(*apart, options, settings, in, runs, r);
     results.push_back(r);
     print_case(r);
   }
@@ -323,6 +395,9 @@ int cmd_bench(int argc, char** argv) {
       batch_invariance_flag(),
       path_flag(),
       {"routing", true, "fused|external (default fused)"},
+      {"shared-experts", true,
+       "N: the preset with its model's N shared experts fused (deepseek-v3: 1), each case also timed as its two "
+       "parts run apart (the routed layer, then the shared experts alone)"},
       {"backend", true, "auto|cpu|... (default auto)"},
       {"graph", true, "auto|on|off: replay CUDA graphs (auto: T <= 512)"},
       {"stages", false, "also time each step of the layer (eager calls, events between the steps)"},
@@ -381,8 +456,10 @@ int cmd_bench(int argc, char** argv) {
     prepare.backend = args.get("backend", "auto");
     prepare.max_tokens = prepared_tokens(settings);
     const PreparedWeights prepared(p.config, p.weights(), prepare);
+    std::optional<Apart> apart;
+    if (p.config.shared_experts > 0) apart.emplace(p, prepare);
     for (const std::string& tuning : settings.tuning)
-      bench_problem(p, settings, tuning, prepared, record.ceilings, record.cases);
+      bench_problem(p, settings, tuning, prepared, apart ? &*apart : nullptr, record.ceilings, record.cases);
   }
   if (args.has("json")) write_bench_json(args.get("json", ""), record);
   return 0;

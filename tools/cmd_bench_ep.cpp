@@ -27,6 +27,7 @@
 #include "moekit/comm.h"
 #include "moekit/device.h"
 #include "moekit/moekit.h"
+#include "run_setup.h"
 
 namespace moekit::cli {
 namespace {
@@ -240,7 +241,7 @@ int bench_ranks(const Args& args, int local_rank, Communicator& world, std::chro
   const int n = world.size(), rank = world.rank();
   const std::string preset = args.get("preset", "");
   if (preset.empty() || preset.find(',') != std::string::npos) throw UsageError("--ep: give one --preset NAME");
-  MoEConfig whole = io::find_preset(preset).config;
+  MoEConfig whole = io::with_shared(io::find_preset(preset), shared_experts_of(args));
   if (args.has("quant")) whole.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
   MoEConfig mine = whole;
   mine.ep_size = n;

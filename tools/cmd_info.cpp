@@ -8,6 +8,7 @@
 #include "moekit/moekit.h"
 #include "core/check.h"
 #include "core/tuning.h"
+#include "core/shared.h"
 #include "core/validate.h"
 #include "io/presets.h"
 #include "run_setup.h"
@@ -128,24 +129,31 @@ int cmd_explain(int argc, char** argv) {
     s.tokens = 64;
     s.source = "preset " + io::presets().front().name + " (no problem given)";
   }
-  const MoEConfig& config = s.config;
+  const MoEConfig& layer_config = s.config;
   // What a Layer checks at construction: every stage at T = 1 and at this T.
   const BackendSelection selection =
-      explain_backends(config, core::weights_layout(config), s.tokens, args.get("backend", "auto"));
+      explain_backends(layer_config, core::weights_layout(layer_config), s.tokens, args.get("backend", "auto"));
 #ifdef MOEKIT_HAVE_CUDA
   std::printf("gpu: %s\n", cuda::device_info().to_string().c_str());
 #else
   std::printf("gpu: not looked for (built without CUDA)\n");
 #endif
-  std::printf("problem: %s, T=%lld (%s)\n%s", config.to_string().c_str(), static_cast<long long>(s.tokens),
+  std::printf("problem: %s, T=%lld (%s)\n%s", layer_config.to_string().c_str(), static_cast<long long>(s.tokens),
               s.source.c_str(), selection.to_string().c_str());
-  std::printf("%s", check_rule(config.quant).c_str());
+  std::printf("%s", check_rule(layer_config.quant).c_str());
+  if (layer_config.shared_experts > 0)
+    std::printf("shared experts: %lld, fused (core/shared.h): appended to every token's routing with weight %g, they are "
+                "local experts %lld.. of every rank: the experts step runs %lld experts, %d slots per token\n",
+                static_cast<long long>(layer_config.shared_experts), double(layer_config.shared_expert_weight),
+                static_cast<long long>(layer_config.local_experts()), static_cast<long long>(layer_config.weight_experts()),
+                int(layer_config.top_k() + layer_config.shared_experts));
   TuningOptions tuning;
   tuning.cache = args.get("tuning-cache", "");
   const core::TuningSource source = core::load_tuning(tuning, here);
 #ifdef MOEKIT_HAVE_CUDA
   // The experts' path and the grouped GEMM tiles the cuda backend would pick at T (--tokens,
-  // default 64; a file's T).
+  // default 64; a file's T): the experts step's problem, which counts the shared experts.
+  const MoEConfig config = core::experts_config(layer_config);
   const std::int64_t tokens = s.tokens;
   const cuda::TacticChooser chooser(config, source, here);
   print_tactics(chooser, config, tokens);
@@ -188,7 +196,8 @@ int cmd_explain(int argc, char** argv) {
   }
 #else
   // Only cuda has tactics: which cache a layer reads, and why no entry applies without CUDA.
-  for (const std::string& line : core::TunedTable(source, here, io::TuningProblem::of(config), "experts").report())
+  const io::TuningProblem experts_problem = io::TuningProblem::of(core::experts_config(layer_config));
+  for (const std::string& line : core::TunedTable(source, here, experts_problem, "experts").report())
     std::printf("%s\n", line.c_str());
   std::printf("cuda experts tactic: heuristic (no CUDA in this build: no tuned entry applies)\n");
 #endif

@@ -118,8 +118,9 @@ void print_run(const RunSetup& s, const Layer& layer, const Communicator& comm, 
 Tensor distributed_reference(Communicator& comm, const RunSetup& s, const Tensor& ids, const Tensor& weights) {
   const MoEConfig& c = s.config;
   const std::int64_t tokens = s.hidden.size(0), h = c.hidden_size;
-  const int k = c.top_k();
-  const cpu::ReferenceInputs in{c, s.weights, s.hidden.view(), ids.view(), weights.view()};
+  const int k = int(c.top_k() + c.shared_experts);  // slots, the shared experts' included
+  cpu::ReferenceInputs in{c, s.weights, s.hidden.view(), ids.view(), weights.view()};
+  in.shared_rows = comm.rank() == 0;  // every rank holds the shared experts: one computes their rows
   const cpu::ExpertRows rows = cpu::pipeline_reference_rows(in, [&](float m) {
     comm.all_reduce_max(&m, 1, nullptr);
     return m;
@@ -145,7 +146,7 @@ Tensor distributed_reference(Communicator& comm, const RunSetup& s, const Tensor
   for (std::int64_t p = 0; p < all_where.size(0); ++p) slots[std::size_t(all_where.ptr<std::int64_t>()[p])] = all_rows.ptr<bf16>() + p * h;
   Tensor out(DType::bf16, {tokens, h});
   const bool on_input = c.routing.effective_placement() == WeightPlacement::input;
-  cpu::sum_slots(slots.data(), on_input ? nullptr : weights.ptr<float>(), tokens, k, h, out.ptr<bf16>());
+  cpu::sum_slots(slots.data(), on_input ? nullptr : cpu::slot_weights(in).data(), tokens, k, h, out.ptr<bf16>());
   return out;
 }
 

@@ -71,6 +71,9 @@ void setup_from_file(const Args& args, RunSetup& s, SetupDepth depth) {
     s.weights = f.weights();
     has_router_logits = s.router_logits.defined();
   }
+  if (args.has("shared-experts") && shared_experts_of(args) != s.config.shared_experts)
+    throw UsageError("--shared-experts: the layer file has " + std::to_string(s.config.shared_experts) +
+                     " (its weights hold them); drop --shared-experts");
   apply_run_options(s.config, args);
   if (depth == SetupDepth::full) s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
   if (!has_router_logits && s.routing == RoutingMode::fused)
@@ -105,12 +108,13 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   s.tokens = tokens_of(args, depth);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.source = "checkpoint " + folder + ", layer " + std::to_string(layer) + ", seed " + std::to_string(seed);
+  const io::ImportOptions options{ep_size, ep_rank, shared_experts_of(args)};
   if (depth == SetupDepth::problem) {
-    s.config = io::inspect_hf_layer(folder, layer, {ep_size, ep_rank});
+    s.config = io::inspect_hf_layer(folder, layer, options);
     apply_run_options(s.config, args);
     return;
   }
-  s.checkpoint = io::import_hf_layer(folder, layer, {ep_size, ep_rank});
+  s.checkpoint = io::import_hf_layer(folder, layer, options);
   s.config = s.checkpoint->config;
   apply_run_options(s.config, args);
   s.weights = s.checkpoint->weights();
@@ -124,7 +128,7 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank, 
   if (args.has("layer")) throw UsageError("--layer: selects a layer of --checkpoint; give --checkpoint DIR");
   const io::Preset& preset = as_usage([&]() -> const io::Preset& { return io::find_preset(args.get("preset", "")); });
   s.tokens = tokens_of(args, depth);
-  s.config = apply_overrides(preset.config, args);
+  s.config = apply_overrides(as_usage([&] { return io::with_shared(preset, shared_experts_of(args)); }), args);
   s.config.ep_size = ep_size;
   s.config.ep_rank = ep_rank;
   as_usage([&] {
@@ -142,6 +146,8 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank, 
 }
 
 }  // namespace
+
+std::int64_t shared_experts_of(const Args& args) { return args.get_int("shared-experts", 0, 0, 1 << 16); }
 
 void apply_run_options(MoEConfig& c, const Args& args) {
   if (args.has("fp8-accumulation"))
@@ -177,6 +183,13 @@ Flag path_flag() {
           "activation, GEMM2, finalize); a forced path that cannot run the layer is refused"};
 }
 
+Flag shared_experts_flag() {
+  return {"shared-experts", true,
+          "N: fuse the model's N shared experts into the layer (SGLang's form: appended to every token's "
+          "routing with weight 1; default 0). A preset takes 0 or its model's count (moekit presets), a "
+          "checkpoint imports them (mlp.shared_experts), a layer file says its own"};
+}
+
 std::vector<Flag> problem_flags() {
   return {
       {"preset", true, "model preset (moekit presets)"},
@@ -192,6 +205,7 @@ std::vector<Flag> problem_flags() {
       {"inputs", true, "a layer file (safetensors, DESIGN §2) instead of --preset"},
       {"checkpoint", true, "a Hugging Face checkpoint folder instead of --preset (with --layer)"},
       {"layer", true, "the layer of --checkpoint to import"},
+      shared_experts_flag(),
   };
 }
 

@@ -44,6 +44,9 @@ void apply_run_options(MoEConfig& c, const Args& args);
 Flag accumulation_flag();
 Flag batch_invariance_flag();
 Flag path_flag();
+Flag shared_experts_flag();
+// --shared-experts N (0 when not given).
+std::int64_t shared_experts_of(const Args& args);
 
 // The problem of the flags (--preset, --inputs or --checkpoint, with their options), checked.
 // full: weights generated or read, inputs generated or read; with ep_size > 1 only this

@@ -107,6 +107,14 @@ struct MoEConfig {
   // batch's amax, is refused.
   bool batch_invariant = false;
   ExpertsPath experts_path = ExpertsPath::automatic;
+  // Shared experts (DeepSeek-V3/R1: 1): experts every token runs besides its top_k routed ones,
+  // with the weight shared_expert_weight (DeepSeek's 1: routed_scaling_factor scales the routed
+  // weights alone). The layer fuses them as SGLang does: each token's routing gets them appended
+  // as extra experts, slots k..k+S-1 (core/shared.h). Their weights follow the routed experts' in
+  // w13, w2 and the scales, in the same layouts and quantization: [E_local + S, ...] on every rank
+  // (replicated under expert parallelism: each rank runs them for its own tokens, nothing is sent).
+  std::int64_t shared_experts = 0;
+  float shared_expert_weight = 1.0f;
 
   int top_k() const { return routing.top_k; }
   bool gated() const { return activation != Activation::relu2; }
@@ -114,6 +122,8 @@ struct MoEConfig {
   std::int64_t gemm1_width() const { return gated() ? 2 * intermediate_size : intermediate_size; }
   std::int64_t local_experts() const { return num_experts / ep_size; }
   std::int64_t first_local_expert() const { return ep_rank * local_experts(); }
+  // Experts whose weights this rank holds: its routed experts, then the shared ones.
+  std::int64_t weight_experts() const { return local_experts() + shared_experts; }
   std::string to_string() const;
 };
 

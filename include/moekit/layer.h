@@ -34,12 +34,13 @@ namespace moekit {
 
 class Communicator;  // moekit/comm.h
 
-// The layer's parameters, for the experts this rank owns (E_local = E / ep_size).
-// W = gemm1_width() (2I gated, I for relu2).
+// The layer's parameters, for the experts this rank owns (E_local = E / ep_size), then the S =
+// MoEConfig::shared_experts shared ones (every rank holds them): E_local + S experts along dim 0 of
+// w13, w2 and their scales. W = gemm1_width() (2I gated, I for relu2).
 struct Weights {
-  TensorView w13;  // [E_local, W, H] bf16 | fp8; rows 0..I-1 gate, I..2I-1 up
-  TensorView w2;   // [E_local, H, I] bf16 | fp8
-  // f32, multiply semantics (real = q * scale). Absent for bf16.
+  TensorView w13;  // [E_local + S, W, H] bf16 | fp8; rows 0..I-1 gate, I..2I-1 up
+  TensorView w2;   // [E_local + S, H, I] bf16 | fp8
+  // f32, multiply semantics (real = q * scale). Absent for bf16. (E_local counts the shared experts here.)
   //   fp8-tensor  [E_local]      fp8-rowwise [E_local, N]
   //   fp8-block   [E_local, ceil(N/128), ceil(K/128)]
   TensorView w13_scale;
@@ -75,7 +76,8 @@ enum class EpTiming : std::uint8_t { plain, barriers };
 // group:     the ranks of LayerOptions::comm exchange tokens and expert rows (DESIGN §7).
 // this_rank: no exchange: this rank's tokens against this rank's experts alone; a token with
 //            none of them gets zeros. The ranks' outputs add up to the layer's (within the
-//            rounding of the partial sums): for callers that combine the ranks themselves.
+//            rounding of the partial sums): for callers that combine the ranks themselves. Not with
+//            shared experts (every rank would add them).
 enum class EpScope : std::uint8_t { group, this_rank };
 
 struct EpOptions {
@@ -92,7 +94,8 @@ struct EpOptions {
 };
 
 // Profiling: the layer calls step() on the host as it enqueues each step of a forward, just
-// before the step's work: "routing" (fused routing), "quantize", "permute", "gemm1",
+// before the step's work: "routing" (fused routing), "shared" (shared experts appended to the
+// routing), "quantize", "permute", "gemm1",
 // "activation", "gemm2", "finalize" (with expert parallelism: "routing", "plan", "quantize",
 // "dispatch", the experts' steps, "combine"), and step("end") after the last. A GPU caller
 // records an event on `stream`; the time from one step to the next is the step's. Do not
@@ -163,6 +166,8 @@ struct FusedArgs {
 //   - device memory on one GPU (cuda): the ids are not read by the host; the permutation plan
 //     treats an id outside [0, E) as "no expert" (src/cuda/permute/plan.cuh local_expert), so
 //     the slot contributes nothing, as -1 does. Nothing is read or written out of bounds.
+//   - with shared experts, device ids are first appended to on the device (core/shared.h), where an
+//     id outside [0, E) becomes -1: "no expert" on one GPU and under expert parallelism too.
 struct ExternalArgs {
   TensorView hidden;        // [T, H] bf16
   TensorView topk_ids;      // [T, k] i32, global ids, -1 = none
@@ -176,6 +181,7 @@ struct ExternalArgs {
 // experts run: no routing, no routing weights, no combine (the caller's combine applies them).
 // bf16 and fp8-block layers. The counts stay on the device (nothing waits for the host: the call
 // can be captured in a CUDA graph); a count outside [0, C] is clamped to it.
+// E_local here counts the layer's shared experts: they are the last S blocks.
 struct MaskedArgs {
   TensorView hidden;        // [E_local, C, H]: bf16 (fp8-block layers quantize it, every row of every
                             //   block: ~E_local C H of reads), or fp8 e4m3 with hidden_scale (fp8-block)

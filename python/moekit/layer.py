@@ -6,6 +6,7 @@ import torch
 from . import _C, ops
 
 _WEIGHTS = ("w13", "w2", "w13_scale", "w2_scale", "e_score_correction_bias", "w13_input_scale", "w2_input_scale")
+_EXPERT_WEIGHTS = ("w13", "w2", "w13_scale", "w2_scale")  # one entry per expert along dim 0
 
 
 def presets():
@@ -18,6 +19,32 @@ def preset_config(name):
     if name not in table:
         raise _C.Error(f"preset: expected one of {'|'.join(table)}, given '{name}'")
     return dict(table[name])
+
+
+def _with_shared(weights, shared):
+    """The weights with the shared experts' appended after the routed ones (a copy), and their count."""
+    if not isinstance(shared, dict):
+        raise TypeError(f"shared_experts: expected an int or a dict of tensors, given {type(shared).__name__}")
+    unknown = set(shared) - set(_EXPERT_WEIGHTS)
+    if unknown:
+        raise _C.Error(f"shared_experts: unknown tensor '{sorted(unknown)[0]}' (expected {', '.join(_EXPERT_WEIGHTS)})")
+    if "w13" not in shared or not isinstance(shared["w13"], torch.Tensor) or shared["w13"].dim() != 3:
+        raise _C.Error("shared_experts: expected w13 [S, 2I, H] (and w2 [S, H, I], scales as the routed ones')")
+    for name in _EXPERT_WEIGHTS:
+        if (name in weights) != (name in shared):
+            raise _C.Error(f"shared_experts: '{name}' given for {'the routed' if name in weights else 'the shared'} "
+                           f"experts only")
+    out = dict(weights)
+    for name in _EXPERT_WEIGHTS:
+        if name in shared:
+            routed, extra = weights[name], shared[name]
+            if not isinstance(extra, torch.Tensor) or extra.dtype != routed.dtype or extra.device != routed.device \
+                    or extra.shape[1:] != routed.shape[1:]:
+                raise _C.Error(f"shared_experts: '{name}' expected [S, {', '.join(map(str, routed.shape[1:]))}] "
+                               f"{routed.dtype} on {routed.device}, given {getattr(extra, 'shape', None)} "
+                               f"{getattr(extra, 'dtype', None)}")
+            out[name] = torch.cat([routed, extra]).contiguous()
+    return out, shared["w13"].shape[0]
 
 
 def _quant_of(w13, w13_scale):
@@ -49,10 +76,18 @@ class MoELayer:
     to the weights' shapes and quant to what their dtypes say. max_tokens > 0 checks every stage for
     calls of up to that many tokens now (and refuses larger calls). backend: "auto" (the tensors'
     device: cuda, or cpu; MOEKIT_BACKEND may name one), "cpu" or "cuda".
+
+    Shared experts (DeepSeek-V3's one, every token runs it besides its routed ones) are fused into the
+    layer, SGLang's way: appended to every token's routing with weight 1 (shared_expert_weight=...).
+    shared_experts: a dict {"w13": [S, 2I, H], "w2": [S, H, I], "w13_scale", "w2_scale"} in the routed
+    experts' dtypes and layouts (appended to theirs: a copy of both), or an int S when w13/w2 (and the
+    scales) already hold them after the routed ones: borrowed, nothing copied. Under expert parallelism
+    every rank holds them. moekit.import_hf_layer(..., shared_experts=1) reads DeepSeek's.
     """
 
     def __init__(self, w13, w2, *, w13_scale=None, w2_scale=None, e_score_correction_bias=None,
-                 w13_input_scale=None, w2_input_scale=None, preset=None, backend="auto", max_tokens=0, **config):
+                 w13_input_scale=None, w2_input_scale=None, shared_experts=0, preset=None, backend="auto",
+                 max_tokens=0, **config):
         given = dict(w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale,
                      e_score_correction_bias=e_score_correction_bias, w13_input_scale=w13_input_scale,
                      w2_input_scale=w2_input_scale)
@@ -60,10 +95,16 @@ class MoELayer:
             if t is not None and not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name}: expected a torch.Tensor, given {type(t).__name__}")
         self.weights = {name: t for name, t in given.items() if t is not None}
+        if isinstance(shared_experts, int) and not isinstance(shared_experts, bool):
+            shared = shared_experts
+        else:
+            self.weights, shared = _with_shared(self.weights, shared_experts)
+            w13 = self.weights["w13"]
         cfg = preset_config(preset) if preset else {}
         cfg.update(config)
+        cfg["shared_experts"] = shared
         ep = cfg.get("ep_size", 1)
-        cfg.setdefault("num_experts", w13.shape[0] * ep if w13.dim() == 3 else 0)
+        cfg.setdefault("num_experts", (w13.shape[0] - shared) * ep if w13.dim() == 3 else 0)
         cfg.setdefault("hidden_size", w13.shape[-1])
         cfg.setdefault("intermediate_size", w2.shape[-1])
         cfg.setdefault("quant", _quant_of(w13, w13_scale))
@@ -79,10 +120,12 @@ class MoELayer:
         self.config = self._layer.config
 
     @classmethod
-    def from_hf(cls, folder, layer, *, device="cpu", ep_size=1, ep_rank=0, **options):
-        """Layer `layer` of a Hugging Face checkpoint folder (moekit.import_hf_layer), on `device`."""
+    def from_hf(cls, folder, layer, *, device="cpu", ep_size=1, ep_rank=0, shared_experts=0, **options):
+        """Layer `layer` of a Hugging Face checkpoint folder (moekit.import_hf_layer), on `device`;
+        shared_experts=n_shared_experts fuses DeepSeek's shared experts."""
         from .weights import import_hf_layer
-        imported = import_hf_layer(folder, layer, ep_size=ep_size, ep_rank=ep_rank, device=device)
+        imported = import_hf_layer(folder, layer, ep_size=ep_size, ep_rank=ep_rank, shared_experts=shared_experts,
+                                   device=device)
         cfg = dict(imported["config"], **options)
         weights = {name: imported[name] for name in _WEIGHTS if imported.get(name) is not None}
         self = cls(**weights, **cfg)
@@ -128,7 +171,8 @@ class MoELayer:
 
     def forward_masked(self, hidden, counts, *, hidden_scale=None, expected_rows=0):
         """The experts alone on tokens already grouped by local expert (the masked format of
-        DeepEP's low-latency dispatch and DeepGEMM's masked GEMMs): hidden [E_local, C, H] bfloat16,
+        DeepEP's low-latency dispatch and DeepGEMM's masked GEMMs; E_local counts the layer's shared
+        experts, the last blocks): hidden [E_local, C, H] bfloat16,
         or float8_e4m3fn with hidden_scale [E_local, C, ceil(H/128)] float32 (fp8-block layers;
         row-major or C-contiguous, as DeepEP gives them); counts [E_local] int32, the rows of each
         block that hold a token (clamped to [0, C]). Returns [E_local, C, H] bfloat16: each row below

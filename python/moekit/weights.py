@@ -37,11 +37,13 @@ def quantize_fp8_block(w, scale_format="f32"):
     return quantize_weights(w, "fp8-block", scale_format)
 
 
-def import_hf_layer(folder, layer, *, ep_size=1, ep_rank=0, device="cpu"):
+def import_hf_layer(folder, layer, *, ep_size=1, ep_rank=0, shared_experts=0, device="cpu"):
     """One MoE layer of a Hugging Face checkpoint folder (config.json + safetensors), read by moekit:
     {"config": dict, "w13", "w2" (bf16 or float8_e4m3fn), "w13_scale", "w2_scale" (fp8-block),
-    "e_score_correction_bias", "gate_weight" (the router [E, H] float32)}; only this rank's experts."""
-    d = _C.import_hf_layer(str(folder), layer, ep_size, ep_rank)
+    "e_score_correction_bias", "gate_weight" (the router [E, H] float32)}; only this rank's experts.
+    shared_experts: config.json's n_shared_experts to fuse DeepSeek's shared experts (after the routed
+    ones in w13/w2 and their scales), or 0."""
+    d = _C.import_hf_layer(str(folder), layer, ep_size, ep_rank, shared_experts)
     fp8 = d["config"]["quant"] != "bf16"
     for name in ("w13", "w2"):
         if fp8:

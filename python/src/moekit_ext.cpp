@@ -213,7 +213,7 @@ MoEConfig config_from(const nb::dict& d) {
   static const char* known[] = {"num_experts", "hidden_size", "intermediate_size", "top_k", "routing", "n_group",
                                 "topk_group", "routed_scaling_factor", "weight_placement", "activation", "quant",
                                 "scale_format", "accumulation", "swiglu_alpha", "swiglu_limit", "batch_invariant",
-                                "experts_path", "ep_size", "ep_rank"};
+                                "experts_path", "ep_size", "ep_rank", "shared_experts", "shared_expert_weight"};
   for (auto [key, value] : d) {
     const std::string k = nb::cast<std::string>(key);
     bool ok = false;
@@ -239,6 +239,8 @@ MoEConfig config_from(const nb::dict& d) {
   if (d.contains("experts_path")) c.experts_path = parse_experts_path(nb::cast<std::string>(d["experts_path"]));
   c.ep_size = get<int>(d, "ep_size", c.ep_size);
   c.ep_rank = get<int>(d, "ep_rank", c.ep_rank);
+  c.shared_experts = get<std::int64_t>(d, "shared_experts", c.shared_experts);
+  c.shared_expert_weight = get<float>(d, "shared_expert_weight", c.shared_expert_weight);
   validate(c);
   return c;
 }
@@ -264,6 +266,8 @@ nb::dict config_to(const MoEConfig& c) {
   d["experts_path"] = std::string(to_string(c.experts_path));
   d["ep_size"] = c.ep_size;
   d["ep_rank"] = c.ep_rank;
+  d["shared_experts"] = c.shared_experts;
+  d["shared_expert_weight"] = c.shared_expert_weight;
   return d;
 }
 
@@ -385,10 +389,10 @@ std::string tuning_cache(const std::string& gpu, int sms) {
   return core::load_tuning({}, here).to_string();
 }
 
-nb::dict import_hf(const std::string& folder, int layer, int ep_size, int ep_rank) {
+nb::dict import_hf(const std::string& folder, int layer, int ep_size, int ep_rank, std::int64_t shared_experts) {
   io::CheckpointLayer l = [&] {
     nb::gil_scoped_release release;
-    return io::import_hf_layer(folder, layer, {ep_size, ep_rank});
+    return io::import_hf_layer(folder, layer, {ep_size, ep_rank, shared_experts});
   }();
   nb::dict d;
   d["config"] = config_to(l.config);
@@ -465,5 +469,5 @@ NB_MODULE(_C, m) {
   m.def("tuning_cache", &tuning_cache, "gpu"_a = "", "sms"_a = 0,
         "The tuning cache a layer made now would read: the file and why (e.g. the one shipped with moekit for "
         "this GPU), or why none (the heuristic decides). gpu, sms: for that GPU instead of this one.");
-  m.def("import_hf_layer", &import_hf, "folder"_a, "layer"_a, "ep_size"_a, "ep_rank"_a);
+  m.def("import_hf_layer", &import_hf, "folder"_a, "layer"_a, "ep_size"_a, "ep_rank"_a, "shared_experts"_a);
 }

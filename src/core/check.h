@@ -23,6 +23,13 @@ inline constexpr double kFastToleranceShare = 0.15;
 inline constexpr double kIdealRatio = 1.02;    // FP8: ‖out − ideal‖ / ‖ideal‖ <= 1.02 q
 inline constexpr double kRowTolerance = 0.1;   // every token row against its reference row
 inline constexpr double kRowNormFloor = 1e-3;  // of the mean row norm: the least denominator of a row
+// bf16's smallest spacing: a subnormal's unit and the last place of the smallest normals. An output
+// element within it of the reference counts as equal to it (docs/CHECK.md, "Below the normal
+// range"): under 2^-126 a bf16 keeps as few as one significant bit, so sums that differ in their last
+// bits (the CPU's f32 sum of f32-rounded products against a tensor core's exact sum of 16) round to
+// neighbouring units, a relative difference of up to 100% that the rule's bounds, which count on
+// bf16's 8 bits, would take for an error. From 2^-125 up the spacing is wider: no difference hides.
+inline constexpr double kBottomUnit = 0x1p-133;
 
 // DESIGN §8's bounds hold an output's norms, which average over the FP8 codes requantized between
 // the GEMMs: a device's GEMM1 sums differ from the CPU's in their last bits, and a few of those

@@ -1,6 +1,8 @@
 #include "moekit/config.h"
 
 #include <array>
+#include <climits>
+#include <cmath>
 #include <sstream>
 #include <utility>
 
@@ -129,6 +131,10 @@ std::string MoEConfig::to_string() const {
   if (ep_size > 1) os << " ep=" << ep_rank << "/" << ep_size;
   if (batch_invariant) os << " batch-invariant";
   if (experts_path != ExpertsPath::automatic) os << " path=" << moekit::to_string(experts_path);
+  if (shared_experts > 0) {
+    os << " shared_experts=" << shared_experts;
+    if (shared_expert_weight != 1.0f) os << " (weight " << shared_expert_weight << ")";
+  }
   return os.str();
 }
 
@@ -195,6 +201,21 @@ void validate(const MoEConfig& c) {
           "amax, so a token's output depends on the other tokens; use fp8-block, fp8-rowwise or bf16");
   require(c.swiglu_limit > 0.0f,
           "swiglu_limit: expected > 0, given " + std::to_string(c.swiglu_limit));
+  // The stages see k + S slots per token and E_local + S experts per rank (i32 ids): kept small.
+  constexpr std::int64_t kMaxShared = 1 << 16;
+  require(c.shared_experts >= 0 && c.shared_experts <= kMaxShared,
+          "shared_experts: expected 0 <= shared_experts <= " + std::to_string(kMaxShared) + ", given " +
+              std::to_string(c.shared_experts));
+  require(c.shared_experts == 0 || c.num_experts + std::int64_t(c.ep_size) * c.shared_experts <= INT32_MAX,
+          "shared_experts: the experts' ids (num_experts + ep_size * shared_experts) must fit i32, given " +
+              std::to_string(c.shared_experts) + " with num_experts " + std::to_string(c.num_experts));
+  require(std::isfinite(c.shared_expert_weight),
+          "shared_expert_weight: expected a finite number, given " + std::to_string(c.shared_expert_weight));
+  // The input placement scales the one hidden row by the routed weight before the experts: a
+  // shared expert would run on that scaled row (Llama-4 runs its shared expert on the plain one).
+  require(c.shared_experts == 0 || c.routing.effective_placement() == WeightPlacement::output,
+          "shared_experts: the routing weights go on the input (" + c.routing.to_string() +
+              "), where shared experts would see the routed weight; given " + std::to_string(c.shared_experts));
 }
 
 }  // namespace moekit

@@ -9,6 +9,7 @@
 
 #include "core/ep_pipeline.h"
 #include "core/parallel.h"
+#include "core/shared.h"
 #include "core/stages.h"
 #include "core/validate.h"
 #include "moekit/comm.h"
@@ -48,7 +49,7 @@ PreparedWeights::PreparedWeights(const MoEConfig& config, const Weights& weights
   impl->selection = select_backend(config, weights, options.max_tokens, options.backend);
   impl->backend = &backend_named(impl->selection.chosen);
   impl->max_tokens = options.max_tokens;
-  impl->weights = impl->backend->prepare(config, weights, core::Preparation::memory, stream);
+  impl->weights = impl->backend->prepare(core::experts_config(config), weights, core::Preparation::memory, stream);
   impl_ = std::move(impl);
 }
 
@@ -61,6 +62,7 @@ std::size_t PreparedWeights::owned_bytes() const { return impl_->weights->owned_
 struct Layer::Impl {
   PreparedWeights prepared;
   MoEConfig config;
+  MoEConfig stages_config;  // what the stages after routing run (core/shared.h)
   const core::BackendImpl* backend = nullptr;
   core::StageSet stages;
   std::int64_t max_tokens = 0;  // LayerOptions::max_tokens
@@ -74,9 +76,10 @@ struct Layer::Impl {
   // Everything one call needs, carved from one buffer.
   struct Buffers {
     TensorView topk_ids, topk_weights;  // used when fused routing has no caller outputs
+    TensorView shared_ids, shared_weights;  // [T, k + S]: the routing with the shared experts
     QuantizedRows prepared;
     TensorView expert_out, slot_rows;
-    core::Workspace router_ws, prepare_ws, experts_ws, finalize_ws;
+    core::Workspace router_ws, shared_ws, prepare_ws, experts_ws, finalize_ws;
   };
 
   // What a call of T tokens needs besides its tensors: the stages' workspaces, the experts' rows,
@@ -84,7 +87,7 @@ struct Layer::Impl {
   // alone, so they are worked out once per T and looked up after (decode repeats one T call after
   // call; working them out asks every stage and its tactic).
   struct Sizes {
-    std::size_t router = 0, prepare = 0, experts = 0, finalize = 0, bytes = 0;
+    std::size_t router = 0, shared = 0, prepare = 0, experts = 0, finalize = 0, bytes = 0;
     std::int64_t expert_rows = 0;
     bool whole = false;  // the experts stage does Prepare's and Finalize's work (ExpertsStage::whole_layer)
   };
@@ -99,12 +102,17 @@ struct Layer::Impl {
     Buffers b;
     b.topk_ids = c.tensor(DType::i32, {t, k}, d);
     b.topk_weights = c.tensor(DType::f32, {t, k}, d);
+    if (config.shared_experts > 0) {
+      b.shared_ids = c.tensor(DType::i32, {t, stages_config.top_k()}, d);
+      b.shared_weights = c.tensor(DType::f32, {t, stages_config.top_k()}, d);
+    }
     b.router_ws = core::Workspace{c.take(s.router), s.router};
+    b.shared_ws = core::Workspace{c.take(s.shared), s.shared};
     if (ep) return b;  // the EP pipeline holds the rest
     b.prepared.q = c.tensor(activation_dtype(scheme), {t, h}, d);
     if (scheme != QuantScheme::bf16) b.prepared.scales = c.tensor(DType::f32, scale_shape(scheme, t, h), d);
     b.expert_out = c.tensor(DType::bf16, {s.expert_rows, h}, d);
-    b.slot_rows = c.tensor(DType::i32, {t, k}, d);
+    b.slot_rows = c.tensor(DType::i32, {t, stages_config.top_k()}, d);
     b.prepare_ws = core::Workspace{c.take(s.prepare), s.prepare};
     b.experts_ws = core::Workspace{c.take(s.experts), s.experts};
     b.finalize_ws = core::Workspace{c.take(s.finalize), s.finalize};
@@ -114,12 +122,14 @@ struct Layer::Impl {
   Sizes sizes_of(const core::StageProblem& p) const {
     Sizes s;
     s.router = stages.router->workspace_size(p);
-    if (!ep) {
-      s.prepare = stages.prepare->workspace_size(p);
-      s.experts = stages.experts->workspace_size(p);
-      s.finalize = stages.finalize->workspace_size(p);
-      s.expert_rows = stages.experts->max_rows(p);
-      s.whole = stages.experts->whole_layer(p);
+    s.shared = stages.shared->workspace_size(p);
+    if (!ep) {  // the stages after routing run the routing with the shared experts appended
+      const core::StageProblem after = stages_problem(p);
+      s.prepare = stages.prepare->workspace_size(after);
+      s.experts = stages.experts->workspace_size(after);
+      s.finalize = stages.finalize->workspace_size(after);
+      s.expert_rows = stages.experts->max_rows(after);
+      s.whole = stages.experts->whole_layer(after);
     }
     core::Carver counter(nullptr);
     carve(counter, p, s);
@@ -185,8 +195,18 @@ struct Layer::Impl {
     stages.router->run(p, {{args.router_logits, bias}, {ids, weights}}, b.router_ws, stream);
   }
 
-  void run(const core::StageProblem& p, const Sizes& s, const Buffers& b, const TensorView& hidden,
-           const TensorView& ids, const TensorView& weights, const TensorView& out, Stream stream) const {
+  // The layer's routing, with the shared experts appended where the layer has them (core/shared.h),
+  // through the stages after routing.
+  void run(const core::StageProblem& routed, const Sizes& s, const Buffers& b, const TensorView& hidden,
+           const TensorView& routed_ids, const TensorView& routed_weights, const TensorView& out, Stream stream) const {
+    const bool shared = config.shared_experts > 0;
+    if (shared) {
+      core::mark_step(routed, "shared", stream);
+      stages.shared->run(routed, {routed_ids, routed_weights, b.shared_ids, b.shared_weights}, b.shared_ws, stream);
+    }
+    const core::StageProblem p = stages_problem(routed);
+    const TensorView& ids = shared ? b.shared_ids : routed_ids;
+    const TensorView& weights = shared ? b.shared_weights : routed_weights;
     if (ep) {
       ep->run(p, hidden, ids, weights, out, stream);
     } else {
@@ -215,10 +235,14 @@ struct Layer::Impl {
   }
 
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
+  core::StageProblem stages_problem(core::StageProblem p) const {
+    p.config = stages_config;
+    return p;
+  }
 
   // The masked format: the experts stage alone, with its workspace.
   core::MaskedProblem checked_masked(const MaskedArgs& args) const {
-    core::MaskedProblem p = core::check_args(config, args, backend->device());
+    core::MaskedProblem p = core::check_args(stages_config, args, backend->device());
     p.observer = observer;
     const Status status = stages.experts->can_implement_masked(p);
     require(bool(status), [&] { return "backend " + std::string(backend->name()) + ": " + status.reason(); });
@@ -233,7 +257,7 @@ struct Layer::Impl {
   // A problem of capacity C for sizing: bf16 input (what needs the most workspace) and C rows expected.
   core::MaskedProblem masked_sizing(std::int64_t capacity) const {
     core::MaskedProblem p;
-    p.config = config;
+    p.config = stages_config;
     p.capacity = capacity;
     p.expected_rows = capacity;
     return p;
@@ -253,6 +277,7 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
   Impl& m = *impl_;
   const PreparedWeights::Impl& w = *weights.impl_;
   m.config = w.config;
+  m.stages_config = core::experts_config(w.config);
   m.backend = w.backend;
   require(options.backend == "auto" || options.backend == w.backend->name(),
           "backend: the weights were prepared for '" + std::string(w.backend->name()) + "', given '" +
@@ -264,16 +289,21 @@ Layer::Layer(const PreparedWeights& weights, const LayerOptions& options)
           "comm: expected a communicator of " + std::to_string(config.ep_size) + " ranks for ep_size " +
               std::to_string(config.ep_size) + ", given none (LayerOptions::comm; or ep.scope this_rank)");
   require(!alone || options.comm == nullptr, "comm: ep.scope this_rank exchanges nothing; given a communicator");
+  // Every rank holds the shared experts and would add them to its tokens' partial output.
+  require(!alone || config.ep_size == 1 || config.shared_experts == 0,
+          "ep.scope: this_rank leaves the sum of the ranks' outputs to the caller, and every rank would add the " +
+              std::to_string(config.shared_experts) + " shared experts to it; use scope group (the layer runs them "
+              "once per token, on the token's rank)");
   m.observer = options.observer;
   m.max_tokens = options.max_tokens;
-  m.stages = m.backend->make_stages(config, w.weights, &options.tuning);
+  m.stages = m.backend->make_stages(m.stages_config, w.weights, &options.tuning);
   if (m.max_tokens > w.max_tokens) {
     const Status status = core::check_stages(m.stages, m.problem(m.max_tokens));
     require(bool(status), "backend " + std::string(m.backend->name()) + " cannot run max_tokens=" +
                               std::to_string(m.max_tokens) + ": " + status.reason());
   }
   if (options.comm)
-    m.ep = std::make_unique<core::EpPipeline>(config, *m.backend, m.stages, *options.comm, options.ep);
+    m.ep = std::make_unique<core::EpPipeline>(m.stages_config, *m.backend, m.stages, *options.comm, options.ep);
 }
 
 Layer::~Layer() = default;

@@ -2,6 +2,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/shared.h"
 #include "core/stages.h"
 #include "moekit/backend.h"
 #include "moekit/layer.h"
@@ -21,10 +22,15 @@ const std::vector<const BackendImpl*>& registered_backends() {
 Status check_stages(const StageSet& stages, const StageProblem& p) {
   // A layer whose routing is external has no router to run.
   const bool routes = p.config.routing.method != RoutingMethod::external;
-  const Stage* all[] = {routes ? stages.router.get() : nullptr, stages.prepare.get(), stages.experts.get(),
-                        stages.finalize.get()};
-  for (const Stage* s : all)
+  const bool shares = p.config.shared_experts > 0;
+  const Stage* const first[] = {routes ? stages.router.get() : nullptr, shares ? stages.shared.get() : nullptr};
+  for (const Stage* s : first)
     if (Status status = s ? s->can_implement(p) : Status::ok(); !status) return status;
+  StageProblem after = p;
+  after.config = experts_config(p.config);
+  const Stage* const rest[] = {stages.prepare.get(), stages.experts.get(), stages.finalize.get()};
+  for (const Stage* s : rest)
+    if (Status status = s->can_implement(after); !status) return status;
   return Status::ok();
 }
 
@@ -33,8 +39,9 @@ Status can_run(const BackendImpl& backend, const MoEConfig& config, const Weight
   const Device memory = weights.w13.defined() ? weights.w13.device : Device::cpu;
   if (memory != Device::cpu && memory != backend.device())
     return Status::no("the weights are in " + std::string(to_string(memory)) + " memory, which it does not read");
-  const StageSet stages =
-      backend.make_stages(config, backend.prepare(config, weights, Preparation::layout_only, nullptr), nullptr);
+  const MoEConfig stages_config = experts_config(config);
+  const StageSet stages = backend.make_stages(
+      stages_config, backend.prepare(stages_config, weights, Preparation::layout_only, nullptr), nullptr);
   for (const std::int64_t tokens : {std::int64_t(1), max_tokens}) {
     if (tokens < 1) continue;
     const Status s = check_stages(stages, {config, tokens, nullptr, nullptr});

@@ -85,6 +85,20 @@ class RouterStage : public Stage {
                    Stream stream) const = 0;
 };
 
+// Shared experts (core/shared.h): the layer's routing with them appended, in experts_config's ids.
+// Run with the layer's own config (StageProblem::config), after routing and before Prepare.
+struct SharedArgs {
+  TensorView topk_ids;      // [T, k] i32, the layer's routing
+  TensorView topk_weights;  // [T, k] f32
+  TensorView out_ids;       // [T, k + S] i32
+  TensorView out_weights;   // [T, k + S] f32
+};
+
+class SharedStage : public Stage {
+ public:
+  virtual void run(const StageProblem& problem, const SharedArgs& args, Workspace workspace, Stream stream) const = 0;
+};
+
 struct PrepareArgs {
   TensorView hidden;        // [T, H] bf16
   TensorView topk_weights;  // [T, 1] f32, read when the weights go on the input
@@ -168,9 +182,12 @@ struct BackendWeights {
 // or allocated (for capability checks; stages bound to them must not run). memory: usable.
 enum class Preparation : std::uint8_t { layout_only, memory };
 
+// Prepare, Experts and Finalize are bound to experts_config(config) (core/shared.h), Router and
+// Shared take the layer's config.
 struct StageSet {
   std::shared_ptr<const void> keep_alive;  // what the stages share (the prepared weights); freed last
   std::unique_ptr<RouterStage> router;
+  std::unique_ptr<SharedStage> shared;
   std::unique_ptr<PrepareStage> prepare;
   std::unique_ptr<ExpertsStage> experts;
   std::unique_ptr<FinalizeStage> finalize;
@@ -188,7 +205,8 @@ class BackendImpl {
   virtual Device device() const = 0;
   virtual Status can_implement(const MoEConfig& config) const = 0;
   // The weights (checked by the caller: on the host or on this backend's device) in this
-  // backend's form. Device work runs on `stream` and has finished when this returns.
+  // backend's form. Device work runs on `stream` and has finished when this returns. prepare and
+  // make_stages are given experts_config(config) (core/shared.h): shared experts are local ones.
   virtual std::shared_ptr<const BackendWeights> prepare(const MoEConfig& config, const Weights& weights,
                                                         Preparation how, Stream stream) const = 0;
   // Stages bound to prepared weights, which they keep alive. tuning: the layer's tuning cache
@@ -204,7 +222,8 @@ class BackendImpl {
 // can_implement, the weights' memory (host, or the backend's device), and each stage bound to
 // the weights' layout at T = 1 and T = max_tokens (a stage's limits on T are upper bounds).
 Status can_run(const BackendImpl& backend, const MoEConfig& config, const Weights& weights, std::int64_t max_tokens);
-// Each stage's can_implement for p: the first refusal.
+// Each stage's can_implement for p (the layer's config; the stages after routing are asked with
+// experts_config's): the first refusal.
 Status check_stages(const StageSet& stages, const StageProblem& p);
 
 // Priority order (first is preferred).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/shared.h"
 #include "cpu/quant.h"
 #include "moekit/quant.h"
 
@@ -73,7 +74,7 @@ void master_rows(std::uint64_t seed, Projection p, const MoEConfig& c, std::int6
   for (std::int64_t r = 0; r < rows; ++r) MasterRow(seed, p, c, global_expert, n0 + r).fill(seed, out + r * k);
 }
 
-// Fills values [E_local, N, K] and scales of one projection, a band of rows at a time.
+// Fills values [E_local + S, N, K] and scales of one projection, a band of rows at a time.
 void quantize_projection(const MoEConfig& c, std::uint64_t seed, Projection p, Tensor& values,
                          Tensor& scales) {
   const MatrixShape s = shape_of(c, p);
@@ -81,7 +82,7 @@ void quantize_projection(const MoEConfig& c, std::uint64_t seed, Projection p, T
   const ScaleFormat format = c.quant.scale_format;
   const std::int64_t band = scheme == QuantScheme::fp8_block ? kBlock : 1;
   const std::int64_t bands = ceil_div(s.n, band);
-  const std::int64_t experts = c.local_experts();
+  const std::int64_t experts = c.weight_experts();
   if (scheme == QuantScheme::fp8_tensor) {
     // One scale per expert: its amax comes first, from a pass of its own.
     parallel_for(experts, 1, [&](std::int64_t b, std::int64_t e) {
@@ -89,7 +90,7 @@ void quantize_projection(const MoEConfig& c, std::uint64_t seed, Projection p, T
       for (std::int64_t x = b; x < e; ++x) {
         float m = 0.0f;
         for (std::int64_t n = 0; n < s.n; ++n) {
-          master_rows(seed, p, c, c.first_local_expert() + x, n, 1, row.data());
+          master_rows(seed, p, c, weight_owner(c, x), n, 1, row.data());
           m = std::max(m, cpu::amax(row.data(), s.k));
         }
         scales.ptr<float>()[x] = fp8_scale(m, format);
@@ -101,7 +102,7 @@ void quantize_projection(const MoEConfig& c, std::uint64_t seed, Projection p, T
     for (std::int64_t task = b; task < e; ++task) {
       const std::int64_t x = task / bands, n0 = (task % bands) * band;
       const std::int64_t rows = std::min(band, s.n - n0);
-      master_rows(seed, p, c, c.first_local_expert() + x, n0, rows, buf.data());
+      master_rows(seed, p, c, weight_owner(c, x), n0, rows, buf.data());
       const std::int64_t offset = (x * s.n + n0) * s.k;
       if (scheme == QuantScheme::bf16) {
         for (std::int64_t i = 0; i < rows * s.k; ++i) values.ptr<bf16>()[offset + i] = float_to_bf16(buf[std::size_t(i)]);
@@ -132,7 +133,7 @@ void quantize_projection(const MoEConfig& c, std::uint64_t seed, Projection p, T
 
 Tensor make_scales(const MoEConfig& c, Projection p) {
   const MatrixShape s = shape_of(c, p);
-  const std::int64_t el = c.local_experts();
+  const std::int64_t el = c.weight_experts();
   switch (c.quant.scheme) {
     case QuantScheme::bf16: return Tensor();
     case QuantScheme::fp8_tensor: return Tensor(DType::f32, {el});
@@ -150,7 +151,7 @@ SyntheticLayer make_synthetic_layer(const MoEConfig& c, std::uint64_t seed) {
   layer.config = c;
   layer.seed = seed;
   const DType dtype = c.quant.scheme == QuantScheme::bf16 ? DType::bf16 : DType::fp8_e4m3;
-  const std::int64_t el = c.local_experts();
+  const std::int64_t el = c.weight_experts();  // the shared experts follow the routed ones
   // Checked products (tensor.h): a config of valid sizes can still ask for more than int64 holds.
   layer.w13 = Tensor(dtype, {el, c.gemm1_width(), c.hidden_size}, "synthetic w13 [E_local, 2I, H]");
   layer.w2 = Tensor(dtype, {el, c.hidden_size, c.intermediate_size}, "synthetic w2 [E_local, H, I]");
@@ -185,7 +186,7 @@ Tensor make_router_logits(std::int64_t tokens, std::int64_t experts, DType dtype
 }
 
 void SyntheticMaster::row(Projection which, std::int64_t local_expert, std::int64_t n, double* out) const {
-  MasterRow(seed_, which, config_, config_.first_local_expert() + local_expert, n).fill(seed_, out);
+  MasterRow(seed_, which, config_, weight_owner(config_, local_expert), n).fill(seed_, out);
 }
 
 }  // namespace moekit::core

@@ -17,7 +17,8 @@ struct SyntheticLayer : OwnedWeights {
   std::uint64_t seed = 0;
 };
 
-// The local experts' weights, quantized per config.quant, plus the routing bias.
+// The local experts' weights (then the shared experts', core/shared.h weight_owner), quantized per
+// config.quant, plus the routing bias.
 SyntheticLayer make_synthetic_layer(const MoEConfig& config, std::uint64_t seed);
 
 // hidden [T, H] bf16, about N(0, 1).

@@ -93,7 +93,7 @@ void check_tensor(std::string_view name, const TensorView& t, std::initializer_l
 void check_weights(const MoEConfig& c, const Weights& w, Device device) {
   const QuantScheme scheme = c.quant.scheme;
   const DType dtype = activation_dtype(scheme);
-  const std::int64_t el = c.local_experts(), width = c.gemm1_width();
+  const std::int64_t el = c.weight_experts(), width = c.gemm1_width();
   check_tensor("w13", w.w13, {dtype}, {el, width, c.hidden_size}, device);
   check_tensor("w2", w.w2, {dtype}, {el, c.hidden_size, c.intermediate_size}, device);
   check_scales("w13_scale", w.w13_scale, scheme, el, width, c.hidden_size, device);
@@ -108,7 +108,7 @@ void check_weights(const MoEConfig& c, const Weights& w, Device device) {
 Weights weights_layout(const MoEConfig& c) {
   const QuantScheme scheme = c.quant.scheme;
   const DType dtype = activation_dtype(scheme);
-  const std::int64_t el = c.local_experts(), width = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t el = c.weight_experts(), width = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
   auto view = [](DType d, const std::vector<std::int64_t>& shape) { return TensorView::contiguous(nullptr, d, shape); };
   auto scales = [&](std::int64_t n, std::int64_t k) -> TensorView {
     switch (scheme) {

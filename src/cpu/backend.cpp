@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/parallel.h"
+#include "core/shared.h"
 #include "core/stages.h"
 #include "cpu/activation.h"
 #include "cpu/ep_stages.h"
@@ -46,6 +47,16 @@ class Router final : public core::RouterStage {
   std::size_t workspace_size(const StageProblem&) const override { return 0; }
   void run(const StageProblem& p, const core::RouterArgs& args, Workspace, Stream) const override {
     route_tokens(p.config.routing, args.in, args.out);
+  }
+};
+
+class Shared final : public core::SharedStage {
+ public:
+  Status can_implement(const StageProblem&) const override { return Status::ok(); }
+  std::size_t workspace_size(const StageProblem&) const override { return 0; }
+  void run(const StageProblem& p, const core::SharedArgs& args, Workspace, Stream) const override {
+    core::append_shared(p.config, p.tokens, args.topk_ids.ptr<std::int32_t>(), args.topk_weights.ptr<float>(),
+                        args.out_ids.ptr<std::int32_t>(), args.out_weights.ptr<float>());
   }
 };
 
@@ -275,6 +286,7 @@ class CpuBackend final : public core::BackendImpl {
     const auto& w = static_cast<const HostWeights&>(*prepared);
     core::StageSet s;
     s.router = std::make_unique<Router>();
+    s.shared = std::make_unique<Shared>();
     s.prepare = std::make_unique<Prepare>(w.w13_static_scale);
     s.experts = std::make_unique<Experts>(w.views, w.w2_static_scale);
     s.finalize = std::make_unique<Finalize>();

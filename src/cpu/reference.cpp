@@ -22,17 +22,27 @@ struct Pair {
   std::int64_t expert;  // local index
 };
 
+// Shared experts (MoEConfig::shared_experts) are slots k..k+S-1 of every token, local experts
+// E_local..E_local+S-1 (the weights' layout), when in.shared_rows.
 std::vector<Pair> local_pairs(const ReferenceInputs& in) {
   std::vector<Pair> pairs;
-  const std::int64_t tokens = in.hidden.size(0);
-  const int k = in.config.top_k();
-  for (std::int64_t t = 0; t < tokens; ++t)
+  const std::int64_t tokens = in.hidden.size(0), el = in.config.local_experts();
+  const int k = in.config.top_k(), shared = in.shared_rows ? int(in.config.shared_experts) : 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
     for (int j = 0; j < k; ++j) {
       const std::int64_t e = std::int64_t(in.topk_ids.ptr<std::int32_t>()[t * k + j]) -
                              in.config.first_local_expert();
-      if (e >= 0 && e < in.config.local_experts()) pairs.push_back({t, j, e});
+      if (e >= 0 && e < el) pairs.push_back({t, j, e});
     }
+    for (int s = 0; s < shared; ++s) pairs.push_back({t, k + s, el + s});
+  }
   return pairs;
+}
+
+// The routing weight of a pair's slot: the caller's, or shared_expert_weight.
+float slot_weight(const ReferenceInputs& in, std::int64_t token, int slot) {
+  const int k = in.config.top_k();
+  return slot < k ? in.topk_weights.ptr<float>()[token * k + slot] : in.config.shared_expert_weight;
 }
 
 bool weights_on_input(const MoEConfig& c) { return c.routing.effective_placement() == WeightPlacement::input; }
@@ -163,6 +173,15 @@ ExpertRows pipeline_reference_rows(const ReferenceInputs& in, const std::functio
   return rows;
 }
 
+std::vector<float> slot_weights(const ReferenceInputs& in) {
+  const std::int64_t tokens = in.hidden.size(0);
+  const int k = int(in.config.top_k() + in.config.shared_experts);
+  std::vector<float> w(std::size_t(tokens * k));
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < k; ++j) w[std::size_t(t * k + j)] = slot_weight(in, t, j);
+  return w;
+}
+
 void sum_slots(const bf16* const* rows, const float* weights, std::int64_t tokens, int k, std::int64_t h, bf16* out) {
   core::parallel_for(tokens, 4, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t t = b; t < e; ++t)
@@ -180,13 +199,13 @@ void sum_slots(const bf16* const* rows, const float* weights, std::int64_t token
 void pipeline_reference(const ReferenceInputs& in, const TensorView& out) {
   const MoEConfig& c = in.config;
   const std::int64_t tokens = in.hidden.size(0), h = c.hidden_size;
-  const int k = c.top_k();
+  const int k = int(c.top_k() + c.shared_experts);
   const ExpertRows rows = pipeline_reference_rows(in);
   std::vector<const bf16*> slots(std::size_t(tokens * k), nullptr);
   for (std::size_t p = 0; p < rows.token.size(); ++p)
     slots[std::size_t(rows.token[p] * k + rows.slot[p])] = rows.values.data() + std::int64_t(p) * h;
-  sum_slots(slots.data(), weights_on_input(c) ? nullptr : in.topk_weights.ptr<float>(), tokens, k, h,
-            out.ptr<bf16>());
+  const std::vector<float> weights = slot_weights(in);
+  sum_slots(slots.data(), weights_on_input(c) ? nullptr : weights.data(), tokens, k, h, out.ptr<bf16>());
 }
 
 std::vector<double> ideal_reference(const ReferenceInputs& in, const core::MasterWeights& master) {
@@ -198,7 +217,7 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   // Making a master row costs far more than a dot product with it: each row is made once and
   // applied to every pair of its expert. Tasks: (expert with pairs, kRowsPerTask rows).
   constexpr std::int64_t kRowsPerTask = 16;
-  std::vector<std::vector<std::int64_t>> of_expert(std::size_t(c.local_experts()));
+  std::vector<std::vector<std::int64_t>> of_expert(std::size_t(c.weight_experts()));
   for (std::int64_t p = 0; p < n_pairs; ++p) of_expert[std::size_t(pairs[std::size_t(p)].expert)].push_back(p);
   std::vector<std::int64_t> busy;
   for (std::size_t e = 0; e < of_expert.size(); ++e)
@@ -263,7 +282,7 @@ std::vector<double> ideal_reference(const ReferenceInputs& in, const core::Maste
   std::vector<double> out(std::size_t(tokens * h), 0.0);
   for (std::int64_t p = 0; p < n_pairs; ++p) {
     const Pair& pr = pairs[std::size_t(p)];
-    const double weight = weights_on_input(c) ? 1.0 : in.topk_weights.ptr<float>()[pr.token * c.top_k() + pr.slot];
+    const double weight = weights_on_input(c) ? 1.0 : slot_weight(in, pr.token, pr.slot);
     for (std::int64_t i = 0; i < h; ++i) out[std::size_t(pr.token * h + i)] += weight * y[std::size_t(p * h + i)];
   }
   return out;

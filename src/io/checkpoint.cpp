@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <vector>
@@ -194,6 +195,13 @@ struct ImportPlan {
             Projection{names.expert(e, names.scheme->up, ".weight"), i, h},
             Projection{names.expert(e, names.scheme->down, ".weight"), h, i}};
   }
+  // The shared experts' one MLP: gate and up [S I, H], down [H, S I].
+  std::array<Projection, 3> shared_projections() const {
+    const std::int64_t h = config.hidden_size, width = config.shared_experts * config.intermediate_size;
+    const std::string p = names.prefix + "shared_experts.";
+    return {Projection{p + "gate_proj.weight", width, h}, Projection{p + "up_proj.weight", width, h},
+            Projection{p + "down_proj.weight", h, width}};
+  }
 };
 
 ImportPlan plan_import(CheckpointFiles& files, const std::string& folder, const HfModelConfig& hf,
@@ -222,6 +230,14 @@ ImportPlan plan_import(CheckpointFiles& files, const std::string& folder, const 
       throw Error(config_path + ": " + e.what());
     }
   };
+  if (options.shared_experts != 0) {
+    require(hf.n_shared_experts > 0, config_path + ": shared_experts: config.json has no n_shared_experts (DeepSeek's "
+                                                   "shared experts; a gated shared expert, as Qwen2-MoE's, is not fused)");
+    require(options.shared_experts == hf.n_shared_experts,
+            config_path + ": shared_experts: expected config.json's n_shared_experts " +
+                std::to_string(hf.n_shared_experts) + ", given " + std::to_string(options.shared_experts));
+    c.shared_experts = options.shared_experts;
+  }
   validated();  // before any expert index is formed from ep_size/ep_rank
   // The first local expert's gate weight decides the scheme; every other tensor must agree.
   const std::string probe = names.expert(c.first_local_expert(), names.scheme->gate, ".weight");
@@ -232,22 +248,60 @@ ImportPlan plan_import(CheckpointFiles& files, const std::string& folder, const 
     validated();  // fp8-block adds its own shape rules
   }
 
-  const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t el = c.weight_experts(), h = c.hidden_size, i = c.intermediate_size;
   // Sizes each allowed by config.json can still multiply past int64 (issue #19): the products
   // first, then every tensor's shape against the config, and only then (import_hf_layer) any
   // allocation, so that what is allocated is no more than the files hold.
   const std::string layer_text = config_path + ": layer " + std::to_string(layer_index);
   plan.w13_shape = {el, checked_mul(2, i, layer_text + " w13"), h};
   plan.w2_shape = {el, h, i};
-  checked_nbytes(plan.weight_dtype, plan.w13_shape, layer_text + " w13 [E_local, 2 moe_intermediate_size, hidden_size]");
-  checked_nbytes(plan.weight_dtype, plan.w2_shape, layer_text + " w2 [E_local, hidden_size, moe_intermediate_size]");
+  checked_nbytes(plan.weight_dtype, plan.w13_shape, layer_text + " w13 [E_local + S, 2 moe_intermediate_size, hidden_size]");
+  checked_nbytes(plan.weight_dtype, plan.w2_shape, layer_text + " w2 [E_local + S, hidden_size, moe_intermediate_size]");
   checked_nbytes(DType::f32, {c.num_experts, h}, layer_text + " router [num_experts, hidden_size]");
-  for (std::int64_t x = 0; x < el; ++x)
+  for (std::int64_t x = 0; x < c.local_experts(); ++x)
     for (const Projection& p : plan.projections(c.first_local_expert() + x)) check_projection(files, p, plan.weight_dtype);
+  if (c.shared_experts > 0)
+    for (const Projection& p : plan.shared_projections()) check_projection(files, p, plan.weight_dtype);
   const std::vector<DType> floats{DType::f32, DType::bf16, DType::f16};
   expect_tensor(files, names.router(), {c.num_experts, h}, floats);
   if (!plan.bias_name.empty()) expect_tensor(files, plan.bias_name, {c.num_experts}, floats);
   return plan;
+}
+
+// The shared experts' MLP (checked by plan_import), split into its S experts after the routed
+// ones: expert s takes channels [s I, (s + 1) I), rows of gate and up, columns of down (and the
+// 128-blocks of their scales: I % 128 == 0 for fp8-block).
+void read_shared(CheckpointFiles& files, const ImportPlan& plan, CheckpointLayer& out) {
+  const MoEConfig& c = plan.config;
+  const DType dtype = plan.weight_dtype;
+  const bool fp8 = dtype == DType::fp8_e4m3;
+  const std::int64_t h = c.hidden_size, i = c.intermediate_size, shared = c.shared_experts;
+  const std::int64_t hb = ceil_div(h, kBlock), ib = ceil_div(i, kBlock);
+  const std::size_t unit = dtype_size(dtype);
+  const std::array<Projection, 3> projections = plan.shared_projections();
+  std::array<Tensor, 3> w, scale;  // gate, up, down: whole
+  for (std::size_t n = 0; n < 3; ++n) {
+    const Projection& p = projections[n];
+    w[n] = Tensor(dtype, {p.rows, p.cols}, p.weight);
+    if (fp8) scale[n] = Tensor(DType::f32, {ceil_div(p.rows, kBlock), ceil_div(p.cols, kBlock)}, p.weight + "_scale_inv");
+    read_projection(files, p, w[n].view().data, fp8 ? scale[n].ptr<float>() : nullptr, dtype);
+  }
+  auto bytes = [](const Tensor& t, std::int64_t offset, std::size_t size) { return t.ptr<unsigned char>() + offset * std::int64_t(size); };
+  for (std::int64_t s = 0; s < shared; ++s) {
+    const std::int64_t x = c.local_experts() + s;
+    unsigned char* w13 = bytes(out.w13, x * 2 * i * h, unit);
+    std::memcpy(w13, bytes(w[0], s * i * h, unit), std::size_t(i * h) * unit);
+    std::memcpy(w13 + std::size_t(i * h) * unit, bytes(w[1], s * i * h, unit), std::size_t(i * h) * unit);
+    for (std::int64_t r = 0; r < h; ++r)
+      std::memcpy(bytes(out.w2, (x * h + r) * i, unit), bytes(w[2], r * shared * i + s * i, unit), std::size_t(i) * unit);
+    if (!fp8) continue;
+    float* s13 = out.w13_scale.ptr<float>() + x * 2 * ib * hb;
+    std::memcpy(s13, scale[0].ptr<float>() + s * ib * hb, sizeof(float) * std::size_t(ib * hb));
+    std::memcpy(s13 + ib * hb, scale[1].ptr<float>() + s * ib * hb, sizeof(float) * std::size_t(ib * hb));
+    for (std::int64_t rb = 0; rb < hb; ++rb)
+      std::memcpy(out.w2_scale.ptr<float>() + (x * hb + rb) * ib, scale[2].ptr<float>() + rb * shared * ib + s * ib,
+                  sizeof(float) * std::size_t(ib));
+  }
 }
 
 HfModelConfig read_config(const std::string& folder, const std::string& config_path, int layer_index) {
@@ -279,7 +333,7 @@ CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, cons
 
   CheckpointLayer out;
   out.config = c;
-  const std::int64_t el = c.local_experts(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t el = c.weight_experts(), h = c.hidden_size, i = c.intermediate_size;
   const std::int64_t hb = ceil_div(h, kBlock), ib = ceil_div(i, kBlock);
   const bool fp8 = weight_dtype == DType::fp8_e4m3;
   out.w13 = Tensor(weight_dtype, plan.w13_shape, "w13");
@@ -291,7 +345,7 @@ CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, cons
   const std::size_t unit = dtype_size(weight_dtype);
   auto* w13 = out.w13.ptr<unsigned char>();
   auto* w2 = out.w2.ptr<unsigned char>();
-  for (std::int64_t x = 0; x < el; ++x) {
+  for (std::int64_t x = 0; x < c.local_experts(); ++x) {
     const auto [gate, up, down] = plan.projections(c.first_local_expert() + x);
     unsigned char* gate_rows = w13 + std::size_t(x * 2 * i * h) * unit;  // [I, H] gate rows, then [I, H] up rows
     float* gate_scale = fp8 ? out.w13_scale.ptr<float>() + x * 2 * ib * hb : nullptr;
@@ -301,6 +355,8 @@ CheckpointLayer import_hf_layer(const std::string& folder, int layer_index, cons
     read_projection(files, down, w2 + std::size_t(x * h * i) * unit,
                     fp8 ? out.w2_scale.ptr<float>() + x * hb * ib : nullptr, weight_dtype);
   }
+
+  if (c.shared_experts > 0) read_shared(files, plan, out);
 
   out.gate_weight = Tensor(DType::f32, {c.num_experts, h}, "router " + plan.names.router());
   read_as(files, plan.names.router(), out.gate_weight.view().data, DType::f32);

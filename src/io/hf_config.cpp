@@ -106,6 +106,8 @@ HfModelConfig parse_hf_config(const JsonValue& root, const std::string& source) 
   hf.scale_format = parse_quantization(root, source);
   if (const JsonValue* v = first_of(c, {"num_hidden_layers"}, &key))
     hf.num_hidden_layers = v->as_int(source + ": num_hidden_layers", 0, INT_MAX);
+  if (const JsonValue* v = first_of(c, {"n_shared_experts"}, &key); v && !v->is_null())
+    hf.n_shared_experts = v->as_int(source + ": n_shared_experts", 0, INT_MAX);
   return hf;
 }
 

@@ -24,6 +24,7 @@ struct HfModelConfig {
   Activation activation = Activation::silu_and_mul;
   ScaleFormat scale_format = ScaleFormat::f32;  // quantization_config.scale_fmt "ue8m0"
   std::int64_t num_hidden_layers = -1;          // -1 when absent
+  std::int64_t n_shared_experts = 0;            // DeepSeek's shared experts; 0 when absent
 };
 
 // Reads the keys above from config.json's root (or its "text_config" for multimodal

@@ -118,7 +118,7 @@ void check_if_present(const Signatures& s, const std::string& name, const Expect
 
 // The scales' expected shapes for a quant scheme (DESIGN §4).
 void check_scales(const MoEConfig& c, const Signatures& s) {
-  const std::int64_t e = c.local_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t e = c.weight_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
   const QuantScheme q = c.quant.scheme;
   const std::string quant(to_string(q));
   if (q == QuantScheme::bf16) {
@@ -148,7 +148,7 @@ void check_scales(const MoEConfig& c, const Signatures& s) {
 }
 
 void check_tensors(const MoEConfig& c, const Signatures& s) {
-  const std::int64_t e = c.local_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t e = c.weight_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
   const std::int64_t k = c.top_k();
   require(s.count("hidden"), "hidden: required, but absent");
   const Signature& hidden = s.at("hidden");
@@ -247,6 +247,10 @@ std::map<std::string, std::string> config_metadata(const MoEConfig& c) {
     m["swiglu_alpha"] = float_text(c.swiglu_alpha);
     m["swiglu_limit"] = float_text(c.swiglu_limit);
   }
+  if (c.shared_experts != 0) {
+    m["shared_experts"] = std::to_string(c.shared_experts);
+    m["shared_expert_weight"] = float_text(c.shared_expert_weight);
+  }
   return m;
 }
 
@@ -273,6 +277,8 @@ MoEConfig parse_config_metadata(const std::map<std::string, std::string>& m) {
         "weight_placement", *v, {{WeightPlacement::output, "output"}, {WeightPlacement::input, "input"}});
   if (const std::string* v = find(m, "swiglu_alpha")) c.swiglu_alpha = to_float("swiglu_alpha", *v);
   if (const std::string* v = find(m, "swiglu_limit")) c.swiglu_limit = to_float("swiglu_limit", *v);
+  if (const std::string* v = find(m, "shared_experts")) c.shared_experts = to_int("shared_experts", *v, INT_MIN, INT_MAX);
+  if (const std::string* v = find(m, "shared_expert_weight")) c.shared_expert_weight = to_float("shared_expert_weight", *v);
   validate(c);
   return c;
 }
@@ -343,7 +349,7 @@ LayerFile read_layer_file(const std::string& path) {
     flatten(file.w2_scale);
   }
   if (order == W13Order::up_gate) {
-    const std::int64_t e = file.config.local_experts();
+    const std::int64_t e = file.config.weight_experts();
     swap_halves(file.w13, e);
     const QuantScheme q = file.config.quant.scheme;
     if (q == QuantScheme::fp8_rowwise || q == QuantScheme::fp8_block) swap_halves(file.w13_scale, e);

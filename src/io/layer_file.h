@@ -22,8 +22,10 @@ namespace moekit::io {
 //                             is always gate_up
 //   weight_placement          "output" (default) | "input"
 //   swiglu_alpha, swiglu_limit   swiglu_oai's constants, absent = 1.702, 7.0
-// The weights (OwnedWeights): w13, w2 bf16 | fp8 per quant; scales f32 in DESIGN §4's layout
-// (fp8-tensor [E_local]); e_score_correction_bias [E] f32 | bf16; the input scales [1] f32.
+//   shared_experts, shared_expert_weight   the shared experts (MoEConfig), absent = 0, 1
+// The weights (OwnedWeights): w13, w2 bf16 | fp8 per quant, [E_local + S, ...]: the shared experts
+// follow the routed ones; scales f32 in DESIGN §4's layout (fp8-tensor [E_local + S]);
+// e_score_correction_bias [E] f32 | bf16; the input scales [1] f32.
 struct LayerFile : OwnedWeights {
   MoEConfig config;
   Tensor hidden;                       // [T, H] bf16

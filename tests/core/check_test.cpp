@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <span>
 #include <string>
@@ -264,6 +265,39 @@ TEST(CoreCheckEdges, ShapesThatDisagreeAreErrorsNamingTheArgument) {
   EXPECT_NE(message({f32.view(), out.view(), {}, kExact}).find("out: expected [4, 64] bf16"), std::string::npos);
   EXPECT_NE(message({out.view(), out.view(), short_ideal, kExact}).find("ideal: expected T * H = 256 values"),
             std::string::npos);
+}
+
+// Below the normal range (docs/CHECK.md; the fuzz case 2296026896700209457 of issue #31): outputs of
+// a few units of 2^-133, one of which a device's sums round to the neighbouring unit. That passes
+// (before the rule it failed at rel_err 2.45e-2, worst row 0.707, as on the H200); two units off,
+// or a unit off on a normal element, still count.
+TEST(CoreCheckEdges, ABottomUnitOffBelowTheNormalRangeCountsAsEqual) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Tensor ref(DType::bf16, {kTokens, kHidden}), out(DType::bf16, {kTokens, kHidden});
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const std::uint64_t draw = rng() % 64;  // mostly zero, a few of 1 to 3 units, both signs
+    ref.ptr<bf16>()[i] = float_to_bf16(draw < 3 ? float((draw + 1) * 0x1p-133) * (rng() % 2 ? 1.0f : -1.0f) : 0.0f);
+  }
+  std::memcpy(out.view().data, ref.view().data, ref.nbytes());
+  const std::int64_t element = kRow * kHidden + 3;
+  auto with = [&](float value) {
+    out.ptr<bf16>()[element] = float_to_bf16(value);
+    return core::check_output({out.view(), ref.view(), {}, kBf16});
+  };
+  const float r = bf16_to_float(ref.ptr<bf16>()[element]);
+  for (const float unit : {0x1p-133f, -0x1p-133f}) {
+    const CheckResult one = with(r + unit);
+    EXPECT_TRUE(one.pass()) << one.to_string();
+    EXPECT_EQ(one.rel_err, 0.0);
+    const CheckResult two = with(r + 2 * unit);
+    EXPECT_EQ(two.failed, (std::vector<CheckRule>{CheckRule::global, CheckRule::row})) << two.to_string();
+  }
+  // From 2^-125 up a unit of 2^-133 is no bf16 spacing: the smallest difference there counts.
+  ref.ptr<bf16>()[element] = float_to_bf16(0x1p-124f);
+  const CheckResult normal = with(0x1p-124f + 0x1p-131f);  // the next bf16
+  EXPECT_GT(normal.rel_err, 0.0) << normal.to_string();
 }
 
 TEST(CoreCheckEdges, TheRuleInWordsNamesEachBound) {

@@ -39,6 +39,8 @@ struct LayerCase {
   bool static_scales = false;  // fp8-tensor: static activation scales
   Fp8Accumulation accumulation = QuantConfig{}.accumulation;  // the CUDA GEMMs' (the CPU sums in f32)
   ExpertsPath path = ExpertsPath::automatic;                  // the CUDA experts' kernels
+  std::int64_t shared = 0;                                    // shared experts (MoEConfig::shared_experts)
+  float shared_weight = 1.0f;
 };
 
 inline std::string underscored(std::string_view s) {
@@ -61,6 +63,8 @@ inline std::string case_name(const LayerCase& c) {
   if (c.static_scales) s += "_static_scales";
   if (c.accumulation != QuantConfig{}.accumulation) s += "_" + std::string(to_string(c.accumulation));
   if (c.path != ExpertsPath::automatic) s += "_" + underscored(to_string(c.path));
+  if (c.shared > 0) s += "_shared" + std::to_string(c.shared);
+  if (c.shared_weight != 1.0f) s += "_weight" + std::to_string(int(c.shared_weight * 100)) + "pct";
   return s;
 }
 inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << case_name(c); }
@@ -80,6 +84,8 @@ inline MoEConfig config_of(const LayerCase& c) {
   m.ep_size = c.ep_size;
   m.ep_rank = c.ep_rank;
   m.experts_path = c.path;
+  m.shared_experts = c.shared;
+  m.shared_expert_weight = c.shared_weight;
   return m;
 }
 

@@ -280,49 +280,53 @@ TEST(CudaEpPlan, FixedPlanMatchesTheHostPlan) {
       }
 }
 
-// An EP layer of one rank over NCCL against the same layer without EP, on the GPU backend.
+// An EP layer of one rank over NCCL against the same layer without EP, on the GPU backend; with a
+// shared expert too (every rank runs it for its own tokens: here the record to itself).
 TEST(CudaEpNccl, OneRankEpLayerMatchesTheLocalLayer) {
   SKIP_WITHOUT_GPU_AND_NCCL();
   const std::vector<std::string> names = backend_names();
   if (std::find(names.begin(), names.end(), "cuda") == names.end())
     GTEST_SKIP() << "no cuda backend in this build: the NCCL layer path waits for it";
-  MoEConfig c;
-  c.num_experts = 12;
-  c.hidden_size = 256;
-  c.intermediate_size = 256;
-  c.routing.top_k = 4;
-  c.quant.scheme = QuantScheme::fp8_block;
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const core::SyntheticLayer weights = core::make_synthetic_layer(c, seed);
-  const std::unique_ptr<Communicator> self = make_self_communicator();
-  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0);
-  LayerOptions local_options;
-  local_options.backend = "cuda";
-  Layer local(c, weights.weights(), local_options);
-  const std::int64_t tokens = 33;
-  const Tensor hidden = core::make_hidden(tokens, c.hidden_size, seed);
-  const Tensor logits = core::make_router_logits(tokens, c.num_experts, DType::f32, seed);
-  const std::vector<std::uint8_t> hidden_bytes(static_cast<std::uint8_t*>(hidden.view().data),
-                                               static_cast<std::uint8_t*>(hidden.view().data) + hidden.nbytes());
-  const std::vector<std::uint8_t> logits_bytes(static_cast<std::uint8_t*>(logits.view().data),
-                                               static_cast<std::uint8_t*>(logits.view().data) + logits.nbytes());
-  Gpu h(hidden_bytes), l(logits_bytes), out_local(hidden.nbytes()), out_ep(hidden.nbytes());
-  auto view = [&](const Gpu& g, DType d, std::int64_t cols) {
-    return TensorView::contiguous(g.as<void>(), d, {tokens, cols}, Device::cuda);
-  };
-  for (EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
-    LayerOptions ep_options = local_options;
-    ep_options.comm = nccl.get();
-    ep_options.ep.combine = combine;  // one rank: one partial sum per token, the local result too
-    Layer ep(c, weights.weights(), ep_options);
-    local.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
-                            view(out_local, DType::bf16, c.hidden_size), {}, {}});
-    ep.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
-                         view(out_ep, DType::bf16, c.hidden_size), {}, {}});
-    cudaDeviceSynchronize();
-    EXPECT_EQ(out_local.host<std::uint16_t>(), out_ep.host<std::uint16_t>())
-        << to_string(combine) << ", seed " << seed;
+  for (const std::int64_t shared : {0, 1}) {
+    MoEConfig c;
+    c.num_experts = 12;
+    c.hidden_size = 256;
+    c.intermediate_size = 256;
+    c.routing.top_k = 4;
+    c.quant.scheme = QuantScheme::fp8_block;
+    c.shared_experts = shared;
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", shared experts " + std::to_string(shared));
+    const core::SyntheticLayer weights = core::make_synthetic_layer(c, seed);
+    const std::unique_ptr<Communicator> self = make_self_communicator();
+    const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*self, 0);
+    LayerOptions local_options;
+    local_options.backend = "cuda";
+    Layer local(c, weights.weights(), local_options);
+    const std::int64_t tokens = 33;
+    const Tensor hidden = core::make_hidden(tokens, c.hidden_size, seed);
+    const Tensor logits = core::make_router_logits(tokens, c.num_experts, DType::f32, seed);
+    const std::vector<std::uint8_t> hidden_bytes(static_cast<std::uint8_t*>(hidden.view().data),
+                                                 static_cast<std::uint8_t*>(hidden.view().data) + hidden.nbytes());
+    const std::vector<std::uint8_t> logits_bytes(static_cast<std::uint8_t*>(logits.view().data),
+                                                 static_cast<std::uint8_t*>(logits.view().data) + logits.nbytes());
+    Gpu h(hidden_bytes), l(logits_bytes), out_local(hidden.nbytes()), out_ep(hidden.nbytes());
+    auto view = [&](const Gpu& g, DType d, std::int64_t cols) {
+      return TensorView::contiguous(g.as<void>(), d, {tokens, cols}, Device::cuda);
+    };
+    for (EpCombine combine : {EpCombine::exact, EpCombine::partial}) {
+      LayerOptions ep_options = local_options;
+      ep_options.comm = nccl.get();
+      ep_options.ep.combine = combine;  // one rank: one partial sum per token, the local result too
+      Layer ep(c, weights.weights(), ep_options);
+      local.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
+                              view(out_local, DType::bf16, c.hidden_size), {}, {}});
+      ep.forward(FusedArgs{view(h, DType::bf16, c.hidden_size), view(l, DType::f32, c.num_experts),
+                           view(out_ep, DType::bf16, c.hidden_size), {}, {}});
+      cudaDeviceSynchronize();
+      EXPECT_EQ(out_local.host<std::uint16_t>(), out_ep.host<std::uint16_t>())
+          << to_string(combine) << ", seed " << seed;
+    }
   }
 }
 

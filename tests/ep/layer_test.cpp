@@ -396,6 +396,60 @@ INSTANTIATE_TEST_SUITE_P(
                               ScaleFormat::f32, true}),
     [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 
+// --- shared experts ---------------------------------------------------------------------------------
+
+// Every rank holds the shared experts and runs them for its own tokens: ep = 1's bits with the
+// exact combine (fused and external routing, variable and fixed capacity), close with the partial
+// one, and nothing of theirs crosses to another rank: the records sent elsewhere are the routed
+// layer's.
+class EpLayerShared : public ::testing::TestWithParam<QuantScheme> {};
+
+TEST_P(EpLayerShared, RunOnTheTokensRankAndBitIdenticalToEp1) {
+  for (const std::int64_t shared : {1, 2})
+    for (const bool external : {false, true})
+      for (const std::int64_t capacity : {0, 9}) {
+        SCOPED_TRACE(std::to_string(shared) + " shared, " + (external ? "external" : "fused") + ", capacity " +
+                     std::to_string(capacity));
+        EpCase c;
+        c.config = make_config(external ? RoutingMethod::external : RoutingMethod::sigmoid_bias_grouped, GetParam());
+        c.config.shared_experts = shared;
+        c.config.shared_expert_weight = shared == 2 ? 0.5f : 1.0f;
+        c.tokens = tokens_by_rank({5, 0, 9, 3});
+        if (external) c.routing = any_experts;
+        c.ep.capacity = capacity;
+        EpRunner runner(c);
+        const EpResult r = runner.run();
+        EXPECT_TRUE(same_bits(r));
+        if (capacity > 0) continue;
+        EpCase routed = c;
+        routed.config.shared_experts = 0;
+        const EpResult without = EpRunner(routed, r.seed).run();
+        EXPECT_EQ(r.stats.dispatch_remote_bytes / r.stats.record_bytes,
+                  without.stats.dispatch_remote_bytes / without.stats.record_bytes)
+            << "records to other ranks";
+      }
+}
+
+TEST_P(EpLayerShared, PartialCombineIsDeterministicAndClose) {
+  EpCase c;
+  c.config = make_config(RoutingMethod::softmax_topk_renorm, GetParam());
+  c.config.shared_experts = 1;
+  c.tokens = tokens_by_rank({6, 4, 9, 2});
+  EpRunner runner(c);
+  EpOptions partial;
+  partial.combine = EpCombine::partial;
+  const EpResult a = runner.run(partial), b = runner.run(partial);
+  EXPECT_EQ(std::memcmp(a.mine.view().data, b.mine.view().data, a.mine.nbytes()), 0) << "run to run";
+  EXPECT_LE(rel_err(a), 5e-3) << "seed " << a.seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryScheme, EpLayerShared,
+                         ::testing::Values(QuantScheme::bf16, QuantScheme::fp8_tensor, QuantScheme::fp8_rowwise,
+                                           QuantScheme::fp8_block),
+                         [](const ::testing::TestParamInfo<QuantScheme>& info) {
+                           return underscored(to_string(info.param));
+                         });
+
 // --- traffic and errors ---------------------------------------------------------------------------
 
 TEST(EpLayer, Fp8DispatchSendsAboutHalfTheBytesOfBf16) {

@@ -23,6 +23,7 @@ enum class Variant { deepseek_fp8_sharded, qwen_bf16_single, mixtral_bf16_sharde
 
 constexpr std::int64_t kE = 4, kH = 144, kI = 256;  // H % 128 != 0: a partial last K block
 constexpr int kLayer = 1;                            // layer 0 is dense
+constexpr std::int64_t kShared = 100;                // the shared experts' contents, as if an expert
 
 // Deterministic contents: every element says where it belongs (layer, expert, projection, row, col).
 std::uint8_t fp8_code(int layer, std::int64_t e, int proj, std::int64_t r, std::int64_t c) {
@@ -40,6 +41,7 @@ struct Generator {
   Variant variant = Variant::deepseek_fp8_sharded;
   std::string skip;         // a tensor left out
   std::string wrong_shape;  // a tensor written with one row too many
+  std::int64_t shared = 0;  // n_shared_experts: DeepSeek's shared experts, one MLP of shared x kI channels
 
   bool fp8() const { return variant == Variant::deepseek_fp8_sharded; }
   std::string prefix(int layer) const {
@@ -53,6 +55,12 @@ struct Generator {
   }
 
   std::string config_json() const {
+    std::string json = routed_config_json();
+    if (shared > 0) json.insert(json.size() - 1, ",\"n_shared_experts\":" + std::to_string(shared));
+    return json;
+  }
+
+  std::string routed_config_json() const {
     switch (variant) {
       case Variant::deepseek_fp8_sharded:
         return R"({"model_type":"deepseek_v3","hidden_size":144,"moe_intermediate_size":256,"intermediate_size":999,
@@ -111,6 +119,13 @@ struct Generator {
         if (fp8()) add(tensors, base + "_scale_inv", shard, scale(kLayer, e, proj, rows, cols));
       }
     }
+    // The shared experts' MLP: contents of an "expert" kShared, channels [0, shared kI).
+    for (int proj = 0; shared > 0 && proj < 3; ++proj) {
+      const std::int64_t width = shared * kI, rows = proj == 2 ? kH : width, cols = proj == 2 ? width : kH;
+      const std::string base = prefix(kLayer) + "shared_experts." + proj_name(proj) + ".weight";
+      add(tensors, base, 1, weight(kLayer, kShared, proj, rows, cols));
+      if (fp8()) add(tensors, base + "_scale_inv", 1, scale(kLayer, kShared, proj, rows, cols));
+    }
     Tensor router(DType::bf16, {kE, kH});
     for (std::int64_t e = 0; e < kE; ++e)
       for (std::int64_t c = 0; c < kH; ++c) router.ptr<std::uint16_t>()[e * kH + c] = bf16_bits(9, e, 9, e, c);
@@ -144,8 +159,9 @@ struct Generator {
 // Every element of w13, w2 and the scales is where the contract puts it.
 void expect_layer(const CheckpointLayer& layer, const Generator& g, std::int64_t first_expert, std::int64_t local) {
   const bool fp8 = g.fp8();
-  ASSERT_EQ(layer.w13.shape(), (std::vector<std::int64_t>{local, 2 * kI, kH}));
-  ASSERT_EQ(layer.w2.shape(), (std::vector<std::int64_t>{local, kH, kI}));
+  const std::int64_t held = local + g.shared;  // the shared experts after the routed ones
+  ASSERT_EQ(layer.w13.shape(), (std::vector<std::int64_t>{held, 2 * kI, kH}));
+  ASSERT_EQ(layer.w2.shape(), (std::vector<std::int64_t>{held, kH, kI}));
   ASSERT_EQ(layer.w13.dtype(), fp8 ? DType::fp8_e4m3 : DType::bf16);
   auto at = [&](const Tensor& t, std::int64_t i) -> std::uint32_t {
     return fp8 ? t.ptr<std::uint8_t>()[i] : t.ptr<std::uint16_t>()[i];
@@ -164,14 +180,34 @@ void expect_layer(const CheckpointLayer& layer, const Generator& g, std::int64_t
         ASSERT_EQ(at(layer.w2, (x * kH + r) * kI + c), expected(e, 2, r, c)) << "w2 expert " << e;
     if (!fp8) continue;
     const std::int64_t ib = kI / kBlock, hb = ceil_div(kH, kBlock);
-    ASSERT_EQ(layer.w13_scale.shape(), (std::vector<std::int64_t>{local, 2 * ib, hb}));
-    ASSERT_EQ(layer.w2_scale.shape(), (std::vector<std::int64_t>{local, hb, ib}));
+    ASSERT_EQ(layer.w13_scale.shape(), (std::vector<std::int64_t>{held, 2 * ib, hb}));
+    ASSERT_EQ(layer.w2_scale.shape(), (std::vector<std::int64_t>{held, hb, ib}));
     for (std::int64_t r = 0; r < 2 * ib; ++r)
       for (std::int64_t c = 0; c < hb; ++c)
         ASSERT_EQ(layer.w13_scale.ptr<float>()[(x * 2 * ib + r) * hb + c], scale_value(kLayer, e, r < ib ? 0 : 1, r % ib, c));
     for (std::int64_t r = 0; r < hb; ++r)
       for (std::int64_t c = 0; c < ib; ++c)
         ASSERT_EQ(layer.w2_scale.ptr<float>()[(x * hb + r) * ib + c], scale_value(kLayer, e, 2, r, c));
+  }
+  // Shared expert s: channels [s kI, (s + 1) kI) of the MLP, rows of gate and up, columns of down.
+  for (std::int64_t s = 0; s < g.shared; ++s) {
+    const std::int64_t x = local + s, ch = s * kI;
+    for (std::int64_t r = 0; r < 2 * kI; ++r)
+      for (std::int64_t c = 0; c < kH; ++c)
+        ASSERT_EQ(at(layer.w13, (x * 2 * kI + r) * kH + c), expected(kShared, r < kI ? 0 : 1, ch + r % kI, c))
+            << "w13 shared expert " << s << " row " << r << " col " << c;
+    for (std::int64_t r = 0; r < kH; ++r)
+      for (std::int64_t c = 0; c < kI; ++c)
+        ASSERT_EQ(at(layer.w2, (x * kH + r) * kI + c), expected(kShared, 2, r, ch + c)) << "w2 shared expert " << s;
+    if (!fp8) continue;
+    const std::int64_t ib = kI / kBlock, hb = ceil_div(kH, kBlock);
+    for (std::int64_t r = 0; r < 2 * ib; ++r)
+      for (std::int64_t c = 0; c < hb; ++c)
+        ASSERT_EQ(layer.w13_scale.ptr<float>()[(x * 2 * ib + r) * hb + c],
+                  scale_value(kLayer, kShared, r < ib ? 0 : 1, s * ib + r % ib, c));
+    for (std::int64_t r = 0; r < hb; ++r)
+      for (std::int64_t c = 0; c < ib; ++c)
+        ASSERT_EQ(layer.w2_scale.ptr<float>()[(x * hb + r) * ib + c], scale_value(kLayer, kShared, 2, r, s * ib + c));
   }
   if (!fp8) {
     EXPECT_FALSE(layer.w13_scale.defined());
@@ -245,6 +281,43 @@ void expect_import_error(const TempDir& dir, int layer, ImportOptions options, c
   } catch (const Error& e) {
     for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+TEST(IoCheckpoint, SharedExpertsSplitIntoExpertsAfterTheRoutedOnes) {
+  for (const Variant variant : {Variant::deepseek_fp8_sharded, Variant::qwen_bf16_single})
+    for (const std::int64_t shared : {1, 2}) {
+      SCOPED_TRACE(std::to_string(shared) + (variant == Variant::qwen_bf16_single ? " shared, bf16" : " shared, fp8"));
+      TempDir dir;
+      Generator g;
+      g.variant = variant;
+      g.shared = shared;
+      g.write(dir);
+      // EP rank 1 of 2: its two routed experts, then the shared ones every rank holds.
+      const CheckpointLayer layer = import_hf_layer(dir.path().string(), kLayer, {2, 1, shared});
+      EXPECT_EQ(layer.config.shared_experts, shared);
+      EXPECT_EQ(inspect_hf_layer(dir.path().string(), kLayer, {2, 1, shared}).shared_experts, shared);
+      expect_layer(layer, g, 2, 2);
+      // Not asked for: the routed layer alone.
+      Generator routed = g;
+      routed.shared = 0;
+      expect_layer(import_hf_layer(dir.path().string(), kLayer, {}), routed, 0, kE);
+    }
+}
+
+TEST(IoCheckpoint, SharedExpertsMustBeTheCheckpointsOwn) {
+  TempDir dir;
+  Generator g;
+  g.shared = 1;
+  g.write(dir);
+  expect_import_error(dir, kLayer, {1, 0, 2}, {"shared_experts", "n_shared_experts 1, given 2"});
+  TempDir none;
+  Generator plain;
+  plain.write(none);
+  expect_import_error(none, kLayer, {1, 0, 1}, {"shared_experts", "no n_shared_experts"});
+  TempDir missing;
+  g.skip = "model.layers.1.mlp.shared_experts.down_proj.weight_scale_inv";
+  g.write(missing);
+  expect_import_error(missing, kLayer, {1, 0, 1}, {"'" + g.skip + "'"});
 }
 
 TEST(IoCheckpoint, MissingTensorIsNamed) {

@@ -36,7 +36,7 @@ bool same(const Tensor& a, const Tensor& b) {
 LayerFile make_layer(const MoEConfig& c, std::int64_t tokens, bool external, std::mt19937_64& rng) {
   LayerFile f;
   f.config = c;
-  const std::int64_t e = c.local_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t e = c.weight_experts(), w = c.gemm1_width(), h = c.hidden_size, i = c.intermediate_size;
   f.hidden = random_bytes(DType::bf16, {tokens, h}, rng);
   if (external) {
     f.topk_ids = Tensor(DType::i32, {tokens, c.top_k()});  // ids in [-1, E): random bytes are not ids
@@ -235,7 +235,8 @@ TEST(IoLayerFile, BadMetadataValueIsNamed) {
       {"quant", "fp9"},          {"activation", "gelu"}, {"routed_scaling_factor", "abc"},
       {"routed_scaling_factor", "inf"}, {"intermediate_size", "96"},  // fp8-block needs I % 128 == 0
       {"ep_size", "3"},          {"ep_rank", "1"},       {"scale_format", "e8m0"}, {"w13_order", "sideways"},
-      {"weight_placement", "input"}, {"swiglu_limit", "x"}};
+      {"weight_placement", "input"}, {"swiglu_limit", "x"}, {"shared_experts", "-1"},
+      {"shared_expert_weight", "nan"}};
   for (const auto& [key, value] : cases) {
     Parts p = valid_parts(rng);
     p.metadata[key] = value;
@@ -383,6 +384,32 @@ TEST(IoLayerFile, UpGateOrderIsSwappedOnRead) {
                     f.w13_scale.ptr<std::uint32_t>()[(x * rows + (r + rows / 2) % rows) * cols + col]);
     EXPECT_TRUE(same(f.w2_scale, g.w2_scale));
   }
+}
+
+// Shared experts: their count and weight in the metadata, their weights after the routed ones.
+TEST(IoLayerFile, SharedExpertsRoundTripAfterTheRoutedOnes) {
+  std::mt19937_64 rng(12);
+  TempDir dir;
+  for (QuantScheme quant : {QuantScheme::fp8_block, QuantScheme::fp8_tensor, QuantScheme::bf16}) {
+    SCOPED_TRACE(std::string(to_string(quant)));
+    MoEConfig c = small_config(quant);
+    c.shared_experts = 2;
+    c.shared_expert_weight = 0.5f;
+    const LayerFile f = make_layer(c, 3, true, rng);
+    write_layer_file(dir.file("shared.safetensors"), f);
+    const auto m = SafetensorsReader(dir.file("shared.safetensors")).metadata();
+    EXPECT_EQ(m.at("shared_experts"), "2");
+    EXPECT_EQ(m.at("shared_expert_weight"), "0.5");
+    const LayerFile g = read_layer_file(dir.file("shared.safetensors"));
+    EXPECT_EQ(g.config.to_string(), c.to_string());
+    EXPECT_EQ(g.w13.size(0), 6);
+    EXPECT_TRUE(same(f.w13, g.w13) && same(f.w2, g.w2) && same(f.w13_scale, g.w13_scale) && same(f.w2_scale, g.w2_scale));
+  }
+  // The routed experts' weights alone do not hold them.
+  Parts p = valid_parts(rng);
+  p.metadata["shared_experts"] = "1";
+  p.write(dir.file("l.safetensors"));
+  expect_error_mentions([&] { read_layer_file(dir.file("l.safetensors")); }, "w13: expected [5, 256, 160]");
 }
 
 TEST(IoLayerFile, UpGateNeedsAGatedActivation) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/synthetic.h"
 #include "io/layer_file.h"
 #include "moekit/device.h"
 #include "io/safetensors.h"
@@ -338,6 +339,38 @@ TEST(ToolsCli, SaveLayerWritesTheProblemThatRunAndBenchRead) {
   EXPECT_NE(too_many.err.find("--tokens: 13 is more than the file's 12 rows"), std::string::npos) << too_many.err;
 }
 
+// A layer with a shared expert, as a file (DeepSeek-V3's routing, small): run --check, explain and
+// bench take it; the bench also times its two parts apart.
+TEST(ToolsCli, SharedExpertLayerFileRunsChecksAndBenches) {
+  TempDir dir;
+  MoEConfig c;
+  c.num_experts = 8, c.hidden_size = 256, c.intermediate_size = 128;
+  c.routing.method = RoutingMethod::sigmoid_bias_grouped;
+  c.routing.top_k = 2, c.routing.n_group = 4, c.routing.topk_group = 2, c.routing.routed_scaling_factor = 2.5f;
+  c.quant.scheme = QuantScheme::fp8_block;
+  c.shared_experts = 1;
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const core::SyntheticLayer layer = core::make_synthetic_layer(c, seed);
+  const Tensor hidden = core::make_hidden(6, c.hidden_size, seed);
+  const Tensor logits = core::make_router_logits(6, c.num_experts, DType::f32, seed);
+  const std::string path = dir.file("shared.safetensors");
+  io::write_layer_file(path, io::LayerViews{c, hidden.view(), logits.view(), {}, {}, layer.weights()});
+  for (const char* routing : {"fused", "external"}) {
+    const Result r = moekit("run --backend cpu --inputs " + path + " --routing " + routing + " --check");
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("shared_experts=1"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("w13 [9, 256, 256]"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\ncheck: PASS rel_err=0.000e+00"), std::string::npos) << r.out;
+  }
+  const Result explain = moekit("explain --inputs " + path);
+  EXPECT_EQ(explain.code, 0) << explain.err;
+  EXPECT_NE(explain.out.find("shared_experts=1"), std::string::npos) << explain.out;
+  const Result bench = moekit("bench --backend cpu --runs 1 --inputs " + path + " --tokens 2,6");
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("apart: routed "), std::string::npos) << bench.out;
+}
+
 struct BadCase {
   const char* name;
   const char* arguments;
@@ -407,7 +440,21 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"tune_cache_without_verify", "tune --preset qwen3-30b-a3b --cache x.json",
                               "--cache: names the cache --verify checks"},
                       BadCase{"tune_few_runs", "tune --preset qwen3-30b-a3b --runs 5", "--runs: expected an integer in [20"},
-                      BadCase{"tune_inputs_and_preset", "tune --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"}),
+                      BadCase{"tune_inputs_and_preset", "tune --inputs x.safetensors --preset qwen3-30b-a3b", "--inputs"},
+                      // Shared experts: a preset takes its model's, a layer file says its own.
+                      BadCase{"shared_experts_model_has_none", "run --preset qwen3-30b-a3b --tokens 1 --shared-experts 1",
+                              "shared_experts: qwen3-30b-a3b has 0 shared experts"},
+                      BadCase{"shared_experts_more_than_the_model", "explain --preset deepseek-v3 --shared-experts 2",
+                              "expected 0 or 1, given 2"},
+                      BadCase{"shared_experts_weight_on_input", "run --preset llama4-scout --tokens 1 --shared-experts 1",
+                              "shared_experts: the routing weights go on the input"},
+                      BadCase{"shared_experts_of_a_file", "run --inputs " MOEKIT_TEST_DATA
+                              "/golden/layer_fp8_block_small.safetensors --shared-experts 1",
+                              "--shared-experts: the layer file has 0"},
+                      BadCase{"bench_shared_experts_model_has_none", "bench --preset mixtral-8x7b --shared-experts 1",
+                              "shared_experts: mixtral-8x7b has 0"},
+                      BadCase{"bench_shared_experts_bad", "bench --preset deepseek-v3 --shared-experts -1",
+                              "--shared-experts"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 // Issue #19: -h and <command> --help were refused.

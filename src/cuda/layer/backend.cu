@@ -10,6 +10,7 @@
 #include "cuda/layer/experts.h"
 #include "cuda/quant/quantize.h"
 #include "cuda/routing/route.h"
+#include "cuda/shared/append.h"
 
 namespace moekit::cuda {
 namespace {
@@ -41,6 +42,18 @@ class Router final : public core::RouterStage {
     return r;
   }
   const DeviceWeights& weights_;
+};
+
+class Shared final : public core::SharedStage {
+ public:
+  Status can_implement(const StageProblem& p) const override { return shared::can_implement(shared::Problem::of(p.config, p.tokens)); }
+  std::size_t workspace_size(const StageProblem&) const override { return 0; }
+  void run(const StageProblem& p, const core::SharedArgs& args, core::Workspace, Stream stream) const override {
+    shared::run(shared::Problem::of(p.config, p.tokens),
+                {args.topk_ids.ptr<std::int32_t>(), args.topk_weights.ptr<float>(), args.out_ids.ptr<std::int32_t>(),
+                 args.out_weights.ptr<float>()},
+                stream);
+  }
 };
 
 class Prepare final : public core::PrepareStage {
@@ -117,6 +130,7 @@ class CudaBackend final : public core::BackendImpl {
     const auto& w = static_cast<const DeviceWeights&>(*prepared);
     core::StageSet s;
     s.router = std::make_unique<Router>(w);
+    s.shared = std::make_unique<Shared>();
     s.prepare = std::make_unique<Prepare>(w);
     s.experts = make_experts(c, w, tuning);
     s.finalize = std::make_unique<Finalize>();
