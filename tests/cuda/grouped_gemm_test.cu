@@ -337,6 +337,40 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(all_cases()), case_name);
 
+// fp8-block operands on the device in the layer's layout (each group padded to `align` rows, counts
+// given), and the desc and args of a bf16-out GEMM over them.
+struct BlockGemmOnDevice {
+  BlockGemmOnDevice(const Shape& s, std::int64_t align, std::mt19937_64& rng)
+      : h(make_operands(GemmKind::fp8_block, s, rng)),
+        layout(device_layout(GemmKind::fp8_block, h, s.k, align, 0)),
+        a(layout.a.size()),
+        w(h.w.nbytes()),
+        a_scales(padded(layout.a_scales)),
+        w_scales(device_w_scales(GemmKind::fp8_block, h, s.n, s.k)),
+        offsets(layout.offsets),
+        counts(layout.counts),
+        d(std::size_t(layout.offsets.back() * s.n)),
+        desc{GemmKind::fp8_block, std::int64_t(s.rows.size()), s.n, s.k, layout.offsets.back(), h.offsets.back()},
+        args{a.data(), a_scales.data(), offsets.data(), w.data(), w_scales.data(), d.data(), counts.data()} {
+    a.upload(layout.a);
+    w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
+  }
+  // Slack past the last row's scales: a partial tile may read scales of rows it does not store.
+  static std::vector<float> padded(std::vector<float> v) {
+    v.resize(v.size() + 128 * 64, 1.0f);
+    return v;
+  }
+
+  HostOperands h;
+  DeviceLayout layout;
+  DeviceArray<std::uint8_t> a, w;
+  DeviceArray<float> a_scales, w_scales;
+  DeviceArray<std::int32_t> offsets, counts;
+  DeviceArray<bf16> d;
+  cuda::GroupedGemmDesc desc;
+  cuda::GroupedGemmArgs args;
+};
+
 // The persistent tiles: a rerun and a CUDA graph's replays give the same bits (no atomics, a fixed
 // tile walk), on skewed groups in the layer's padded layout.
 class CudaGroupedGemmPersistent : public ::testing::TestWithParam<GemmTile> {};
@@ -347,22 +381,13 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const Shape s{"skewed", {0, 700, 0, 0, 5, 0, 129, 0, 0, 64, 0, 0}, 576, 1152};
-  const HostOperands h = make_operands(GemmKind::fp8_block, s, rng);
-  const DeviceLayout layout = device_layout(GemmKind::fp8_block, h, s.k, 16, 0);
-  const std::int64_t groups = std::int64_t(s.rows.size()), device_rows = layout.offsets.back();
-  const cuda::GroupedGemmDesc desc{GemmKind::fp8_block, groups, s.n, s.k, device_rows, h.offsets.back()};
+  BlockGemmOnDevice g(s, 16, rng);
+  const cuda::GroupedGemmDesc& desc = g.desc;
+  const cuda::GroupedGemmArgs& args = g.args;
+  DeviceArray<bf16>& d = g.d;
   const cuda::GroupedGemmConfig config{GetParam()};
   ASSERT_TRUE(cuda::can_implement(desc, config));
-  DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
-  a.upload(layout.a);
-  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
-  std::vector<float> sa = layout.a_scales, sw = device_w_scales(GemmKind::fp8_block, h, s.n, s.k);
-  sa.resize(sa.size() + 128 * 64, 1.0f);
-  DeviceArray<float> a_scales(sa), w_scales(sw);
-  DeviceArray<std::int32_t> offsets(layout.offsets), counts(layout.counts);
-  DeviceArray<bf16> d(std::size_t(device_rows * s.n));
   DeviceArray<std::uint8_t> workspace(cuda::workspace_size(desc, config));
-  cuda::GroupedGemmArgs args{a.data(), a_scales.data(), offsets.data(), w.data(), w_scales.data(), d.data(), counts.data()};
   auto run = [&](cudaStream_t stream) {
     d.poison();
     cuda::run_grouped_gemm(desc, config, args, workspace.data(), stream);
@@ -421,22 +446,15 @@ TEST_P(CudaGroupedGemmActivated, MatchesTheBf16GemmThenTheCpuActivation) {
   std::mt19937_64 rng(seed);
   const std::int64_t inter = 384;
   const Shape s{"activated", {0, 37, 130, 0, 5, 300, 1, 64}, 2 * inter, 640};
-  const HostOperands h = make_operands(GemmKind::fp8_block, s, rng);
-  const DeviceLayout layout = device_layout(GemmKind::fp8_block, h, s.k, c.padding == Padding::aligned ? 16 : 1, 0);
+  BlockGemmOnDevice g(s, c.padding == Padding::aligned ? 16 : 1, rng);
+  const DeviceLayout& layout = g.layout;
   const std::int64_t groups = std::int64_t(s.rows.size()), device_rows = layout.offsets.back();
   const std::int64_t kb2 = inter / kBlock;
-  DeviceArray<std::uint8_t> a(layout.a.size()), w(h.w.nbytes());
-  a.upload(layout.a);
-  w.upload({h.w.ptr<std::uint8_t>(), h.w.ptr<std::uint8_t>() + h.w.nbytes()});
-  std::vector<float> sa = layout.a_scales, sw = device_w_scales(GemmKind::fp8_block, h, s.n, s.k);
-  sa.resize(sa.size() + 128 * 64, 1.0f);
-  DeviceArray<float> a_scales(sa), w_scales(sw);
-  DeviceArray<std::int32_t> offsets(layout.offsets), counts(layout.counts);
-  DeviceArray<bf16> d(std::size_t(device_rows * s.n));
+  DeviceArray<bf16>& d = g.d;
   DeviceArray<std::uint8_t> q(std::size_t(device_rows * inter));
   DeviceArray<float> q_scales(std::size_t(device_rows * kb2));
-  cuda::GroupedGemmArgs args{a.data(), a_scales.data(), offsets.data(), w.data(), w_scales.data(), d.data(), counts.data()};
-  cuda::GroupedGemmDesc desc{GemmKind::fp8_block, groups, s.n, s.k, device_rows, h.offsets.back()};
+  cuda::GroupedGemmArgs args = g.args;
+  cuda::GroupedGemmDesc desc = g.desc;
   ASSERT_TRUE(cuda::can_implement(desc, {GemmTile::m128_n128_persistent}));
   d.poison();
   cuda::run_grouped_gemm(desc, {GemmTile::m128_n128_persistent}, args, nullptr, nullptr);

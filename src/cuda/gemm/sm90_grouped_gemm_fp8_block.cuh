@@ -79,29 +79,13 @@ struct Shape {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
 };
 
-// d (+)= a (64 x 32, K-major shared) x b (32 x kN, K-major shared); accumulate = 0: from zero.
-template <int kN>
-__device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
-#define MOEKIT_FP8_BLOCK_K32(N, REGS, AB, SCALE_D) \
-  "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
-  if constexpr (kN == 192)
-    asm volatile(MOEKIT_FP8_BLOCK_K32("192", MOEKIT_WGMMA_R96, "%96, %97", "98")
-                 : MOEKIT_WGMMA_D96("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile(MOEKIT_FP8_BLOCK_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66")
-                 : MOEKIT_WGMMA_D64("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
-#undef MOEKIT_FP8_BLOCK_K32
-}
-
 // The four chained WGMMAs of one 128-K stage into part (from zero), waited for.
 template <int kN>
 __device__ __forceinline__ void stage_product(float (&part)[kN / 2], std::uint64_t da, std::uint64_t db) {
   pin(part);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-  for (int j = 0; j < kTileK / 32; ++j) wgmma_k32<kN>(part, da + 2 * j, db + 2 * j, j > 0);
+  for (int j = 0; j < kTileK / 32; ++j) fp8_wgmma_k32<kN>(part, da + 2 * j, db + 2 * j, j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   pin(part);
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

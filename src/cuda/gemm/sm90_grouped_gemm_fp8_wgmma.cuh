@@ -66,24 +66,6 @@ struct Shape {
   }
 };
 
-// d (+)= a (64x32, K-major shared) x b (32xN, K-major shared); accumulate = 0: from zero. f32,
-// N/2 registers.
-template <int kN>
-__device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
-  static_assert(kN == 128 || kN == 64, "WGMMA N of 128 or 64");
-#define MOEKIT_FP8_K32(N, REGS, AB, SCALE_D) \
-  "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
-  if constexpr (kN == 128)
-    asm volatile(MOEKIT_FP8_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66")
-                 : MOEKIT_WGMMA_D64("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile(MOEKIT_FP8_K32("64", MOEKIT_WGMMA_R32, "%32, %33", "34")
-                 : MOEKIT_WGMMA_D32("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
-#undef MOEKIT_FP8_K32
-}
-
 template <bool kChannel, int kRows, int kSumK>
 __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
     fp8_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
@@ -123,7 +105,7 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   const std::uint64_t desc_a0 = smem_descriptor(ring.tiles + std::uint32_t(S::row_of(c) * kTileK));
   const std::uint64_t desc_b0 = smem_descriptor(ring.tiles + std::uint32_t(S::kTileABytes + S::col_of(c) * kTileK));
   auto issue = [&](float(&part)[kRegs], std::uint64_t da, std::uint64_t db, int j, int accumulate) {
-    wgmma_k32<kCols>(part, da + 2 * j, db + 2 * j, accumulate);
+    fp8_wgmma_k32<kCols>(part, da + 2 * j, db + 2 * j, accumulate);
   };
   auto wait = [](int pending) {
     if (pending == 0) asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

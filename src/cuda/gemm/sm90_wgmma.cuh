@@ -133,6 +133,28 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) 
   MOEKIT_WGMMA_D64(C), MOEKIT_WGMMA_D8(C, 64), MOEKIT_WGMMA_D8(C, 72), MOEKIT_WGMMA_D8(C, 80), MOEKIT_WGMMA_D8(C, 88)
 #define MOEKIT_WGMMA_R96 MOEKIT_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 
+// d (+)= a (64 x 32, K-major shared) x b (32 x kN, K-major shared), FP8 e4m3, f32 accumulators (kN / 2
+// registers); accumulate = 0: from zero.
+template <int kN>
+__device__ __forceinline__ void fp8_wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
+  static_assert(kN == 64 || kN == 128 || kN == 192, "WGMMA N of 64, 128 or 192");
+#define MOEKIT_FP8_K32(N, REGS, AB, SCALE_D) \
+  "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
+  if constexpr (kN == 192)
+    asm volatile(MOEKIT_FP8_K32("192", MOEKIT_WGMMA_R96, "%96, %97", "98")
+                 : MOEKIT_WGMMA_D96("+f")
+                 : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 128)
+    asm volatile(MOEKIT_FP8_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66")
+                 : MOEKIT_WGMMA_D64("+f")
+                 : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(MOEKIT_FP8_K32("64", MOEKIT_WGMMA_R32, "%32, %33", "34")
+                 : MOEKIT_WGMMA_D32("+f")
+                 : "l"(a), "l"(b), "r"(accumulate));
+#undef MOEKIT_FP8_K32
+}
+
 // Keeps the compiler from moving accesses of the accumulator registers across the async WGMMA.
 template <int kN>
 __device__ __forceinline__ void pin(float (&r)[kN]) {
