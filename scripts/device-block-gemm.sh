@@ -6,6 +6,7 @@
 #   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu layer peers)
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
+#   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
 #   carry: .cutlass .gtest (no registry there), .peers for the peers step
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,13 +32,13 @@ echo "built in $(( $(date +%s) - start )) s"
 status=0
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda ${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}"
-  timeout 300 "$build/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}" \
+  timeout "${MOEKIT_TEST_TIMEOUT:-300}" "$build/tests/test_cuda" --gtest_color=no --gtest_filter="${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}" \
     >"$out/tests.log" 2>&1 || status=1
   grep -E "^\[  FAILED|^\[  PASSED|Failure|error|Expected|Which is" "$out/tests.log" | head -n 40
 fi
 if [[ " $steps " == *" bench "* ]]; then
   echo "== grouped_gemm_bench --cases"
-  MOEKIT_BENCH_TILES="${MOEKIT_BENCH_TILES:-persistent,cooperative,ping-pong}" timeout 300 \
+  MOEKIT_BENCH_TILES="${MOEKIT_BENCH_TILES:-persistent,cooperative,ping-pong}" timeout "${MOEKIT_BENCH_TIMEOUT:-300}" \
     "$build/bench/grouped_gemm_bench" --cases "$root/bench/cases/prefill.txt" >"$out/gemm.log" 2>&1 || status=1
 fi
 if [[ " $steps " == *" ncu "* ]]; then
@@ -73,7 +74,7 @@ EOF
   torch_dir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
   py_inc=$(python3 -c 'import sysconfig;print(sysconfig.get_paths()["include"])')
   (cd "$dg" && ./build_ext.sh "$torch_dir" "$py_inc" /usr/local/cuda "$dg/DeepGEMM/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" \
-     >"$out/dg_build.log" 2>&1 && DG_EXTRA_CASES=/tmp/dg_cases.json timeout 400 python3 bench_dg.py --out /tmp/dg \
+     >"$out/dg_build.log" 2>&1 && DG_EXTRA_CASES=/tmp/dg_cases.json timeout "${MOEKIT_PEER_TIMEOUT:-400}" python3 bench_dg.py --out /tmp/dg \
      >"$out/dg.log" 2>&1) || status=1
   tail -n 30 "$out/dg.log"
 fi

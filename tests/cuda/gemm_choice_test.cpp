@@ -27,7 +27,8 @@ struct Case {
 
 constexpr std::int64_t kGroups = 256;
 
-// deepseek-v3's GEMM1 (N=4096, K=7168) and qwen3-30b-a3b's GEMM2 (N=2048, K=768) shapes.
+// deepseek-v3's GEMM1 (N=4096, K=7168) and GEMM2 (N=7168, K=2048), qwen3-30b-a3b's GEMM1 (N=1536,
+// K=2048) and GEMM2 (N=2048, K=768) shapes.
 const Case kCases[] = {
     {"decode_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::tensor_core, false, GemmTile::tokens8_n128_wgmma},
     {"decode_block_short_k", GemmKind::fp8_block, 2048, 768, 0.25, GemmSums::tensor_core, false, GemmTile::rows8_warp_mma},
@@ -38,7 +39,10 @@ const Case kCases[] = {
     {"few_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
     {"many_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
     {"ragged_block_tensor_core", GemmKind::fp8_block, 4096, 7168, 155, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
-    {"short_k_block_tensor_core", GemmKind::fp8_block, 2048, 768, 512, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
+    {"short_k_block_tensor_core", GemmKind::fp8_block, 2048, 768, 512, GemmSums::tensor_core, false, GemmTile::m128_n192_persistent},
+    {"small_expert_block_tensor_core", GemmKind::fp8_block, 1536, 2048, 256, GemmSums::tensor_core, false, GemmTile::m128_n192_persistent},
+    {"small_expert_few_rows", GemmKind::fp8_block, 1536, 2048, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
+    {"wide_n_short_k_block_tensor_core", GemmKind::fp8_block, 7168, 2048, 128, GemmSums::tensor_core, false, GemmTile::m128_n128_cooperative},
     {"few_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
     {"many_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m192_n128_wgmma_k128},
     {"many_channel_invariant", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, true, GemmTile::m128_n128_cooperative},

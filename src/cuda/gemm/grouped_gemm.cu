@@ -127,6 +127,14 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
   if (sums == GemmSums::tensor_core && !few && desc.kind == GemmKind::fp8_channel &&
       cuda::can_implement(desc, {GemmTile::m192_n128_wgmma_k128}))
     return {{GemmTile::m192_n128_wgmma_k128}, rows + " > 64, per-row scales: 192-row tiles, f32 every 128 of K"};
+  // 128 of K per promotion with block scales on small experts (N and K at most 2048: qwen3-30b-a3b's
+  // 1536 x 2048 and 2048 x 768): moekit's persistent kernel's 128 x 192 tiles, measured faster than
+  // CUTLASS's 128 x 128 at 256 and 1024 rows per group (T=4096: 272.7 against 366.6 us and 165.9
+  // against 229.4; T=16384: 920.5 against 950.2 and 519.3 against 717.2; docs/PERF.md, 2026-12-04).
+  // At K = 7168 (deepseek-v3) CUTLASS's tiles stay faster.
+  if (sums == GemmSums::tensor_core && !few && desc.kind == GemmKind::fp8_block && desc.n <= 2048 && desc.k <= 2048 &&
+      cuda::can_implement(desc, {GemmTile::m128_n192_persistent}))
+    return {{GemmTile::m128_n192_persistent}, rows + tiles + "; N, K <= 2048: moekit's persistent 128 x 192 tiles"};
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }
 

@@ -14,17 +14,18 @@
 //      run fastest within a group, so the tiles that share a W tile are neighbours in the walk
 //   2. persistent: one block per SM takes tiles b, b + grid, ...; its ring of stages runs on across
 //      its tiles, so the next tile's loads overlap this tile's last K blocks and its epilogue
-//   3. warp 0 of the producer warpgroup: per 128 of K, TMA of the A tile (128 x 128) and the W tile
-//      (kN x 128), and the stage's scales (the 128 rows' A scales by one bulk copy where aligned, else
-//      by the lanes' cp.async; the tile's one or two W scales by cp.async), all completing on the
-//      stage's full barrier; the tile itself goes to a slot the consumers read
+//   3. one producer thread: per 128 of K, TMA of the A tile (128 x 128), the W tile (kN x 128), the
+//      128 rows' A scales and the tile's W scales (1-D tensor maps over the scale arrays, boxes from
+//      the 16-byte boundary below, zeros past the end), all completing on the stage's full barrier;
+//      the tile itself goes to a slot the consumers read
 //   4. two math warpgroups of 64 rows: per stage four WGMMAs m64 n kN k32 chained, then
 //      acc += part x a_scale x w_scale (the W scale of the part's columns); the stage goes back once
-//      the WGMMAs are done. The two warpgroups drift half a stage apart, so one's promotion overlaps
-//      the other's WGMMAs. A warpgroup with no rows in the tile (a group's last, short tile) skips it
-//   5. out for the rows of the group that carry data (counts): bf16, or the activated FP8 rows and
-//      their scales (GEMM1's outputs rounded to bf16 first, as the activation stage reads them);
-//      nothing else is written
+//      the WGMMAs are done. kN 128: two part buffers, the next stage's WGMMAs run while this one's
+//      part is promoted. A warpgroup with no rows in the tile (a group's last, short tile) skips it
+//   5. out for the rows of the group that carry data (counts): bf16 through a per-warp staging buffer
+//      (stmatrix, then 16-byte stores of whole rows' sectors), or the activated FP8 rows and their
+//      scales (GEMM1's outputs rounded to bf16 first, as the activation stage reads them); nothing
+//      else is written
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +48,10 @@ constexpr int kMaxGroups = 1024;             // the tile table's entries in shar
 constexpr int kTileSlots = 8;                // tiles the producer may run ahead (> stages)
 constexpr int kProducerRegisters = 40;
 constexpr int kMathRegisters = 232;
+constexpr int kStagingBytes = 16 * 64;       // a warp's 16 rows x 32 bf16 columns of output
+// Scale boxes (TMA boxes start 16 bytes aligned: 4 floats early at most): a tile's 128 A scales, and
+// a W scale block with the next (a 192-wide tile's second).
+constexpr int kAScaleBox = kRows + 4, kAScaleSlot = 160, kWScaleBox = 8;
 
 // GEMM1's activated FP8 output (kN 256 with an activation): q [rows, I], scales in GEMM2's layout
 // (group e's [I/128, padded] at offsets[e] * I/128, rows contiguous).
@@ -68,27 +73,65 @@ struct Shape {
   static constexpr int kStageBytes = kABytes + kN * kTileK;  // whole 1024-byte swizzle atoms
   static constexpr int kStages = kN == 256 ? 4 : kN == 192 ? 5 : 6;
   static_assert(kTileSlots > kStages, "a tile slot is rewritten only after its first stage came back");
-  // Shared memory after the 1024-byte alignment: the stages' tiles, their A scales [stages][128] and
-  // W scales [stages][4], the full and empty barriers, the tile slots, the tile table.
+  // Shared memory after the 1024-byte alignment: the stages' tiles, their A scales [stages][160] (a
+  // box of kAScaleBox) and W scales [stages][2][32] (boxes of kWScaleBox in 128-byte slots: the
+  // tile's, and the up half's), the math warps' bf16 staging [8][16 rows x 64 bytes], the full and
+  // empty barriers, the tile slots, the tile table.
   static constexpr int kScalesOffset = kStages * kStageBytes;
-  static constexpr int kWScalesOffset = kScalesOffset + kStages * kRows * 4;
-  static constexpr int kBarriersOffset = kWScalesOffset + kStages * 4 * 4;
+  static constexpr int kWScalesOffset = kScalesOffset + kStages * kAScaleSlot * 4;
+  static constexpr int kStagingOffset = kWScalesOffset + kStages * 2 * 128;
+  static constexpr int kBarriersOffset = kStagingOffset + kMath * 4 * kStagingBytes;
   static constexpr int kSlotsOffset = kBarriersOffset + 2 * kStages * 8;
   static constexpr int kTableOffset = kSlotsOffset + kTileSlots * int(sizeof(Tile));
   static constexpr int kSmemBytes = 1024 + kTableOffset + kMaxGroups * 4;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
 };
 
-// The four chained WGMMAs of one 128-K stage into part (from zero), waited for.
+// The four chained WGMMAs of one 128-K stage into part (from zero), committed as one group.
 template <int kN>
-__device__ __forceinline__ void stage_product(float (&part)[kN / 2], std::uint64_t da, std::uint64_t db) {
+__device__ __forceinline__ void issue_stage(float (&part)[kN / 2], std::uint64_t da, std::uint64_t db) {
   pin(part);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int j = 0; j < kTileK / 32; ++j) fp8_wgmma_k32<kN>(part, da + 2 * j, db + 2 * j, j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   pin(part);
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Waits until at most kPending groups are in flight: part, the older group's, is then readable.
+template <int kPending, int kRegs>
+__device__ __forceinline__ void wait_stages(float (&part)[kRegs]) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+  pin(part);
+}
+
+// A box of a 1-D tensor map (the scale arrays) at element x into shared memory; completes on bar.
+__device__ __forceinline__ void tma_load_1d(std::uint32_t dst, const CUtensorMap* map, int x, std::uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(bar)
+               : "memory");
+}
+
+// The scale arrays as 1-D tensor maps, read in boxes of kAScaleBox and kWScaleBox: each map starts
+// at the 16-byte boundary at or before its array, `shift` elements earlier.
+struct ScaleMaps {
+  CUtensorMap a, w;
+  int a_shift, w_shift;
+};
+
+// Where a tile's scales are in the maps, K block kb: its 128 rows' A scales from element a + kb *
+// a_step, its first W scale block at w + kb * w_step, and (paired) the up half's at w_up + kb * w_step.
+// A box starts at the element rounded down to 4; the scale sits at element % 4 of it.
+struct ScaleIndex {
+  int a, a_step, w, w_up, w_step;
+  __device__ int a_at(int kb) const { return a + kb * a_step; }
+  __device__ int w_at(int kb) const { return w + kb * w_step; }
+  __device__ int up_at(int kb) const { return w_up + kb * w_step; }
+};
+__device__ __forceinline__ ScaleIndex scale_index(const ScaleMaps& m, const Tile& t, int k_blocks, int n_blocks,
+                                                  int inter) {
+  const int w = m.w_shift + t.group * k_blocks * n_blocks + t.n0 / kTileN;
+  return {m.a_shift + t.row0 * k_blocks + t.m0, t.padded, w, w + inter / kTileN, n_blocks};
 }
 
 // The tile walk: table[g] = the tiles of groups 0..g (running sum), built by every block at start.
@@ -146,12 +189,46 @@ __device__ __forceinline__ TileTable build_table(const Params& p, int out_cols, 
   return {table, p.groups, n_tiles, table[p.groups - 1]};
 }
 
-// The bulk copy engine: bytes (a multiple of 16, both addresses 16-byte aligned) from global to
-// shared memory, completing on bar.
-__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, int bytes, std::uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+__device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+// A warp's 16 rows of a bf16 tile out: rows [row, row + 16) of the tile (local), kN columns from
+// t.n0, acc as the WGMMA left it (acc[i]: row lane / 4 (i % 4 < 2) or + 8, column 8 (i / 4) + 2 (lane
+// % 4) + i % 2). 32 columns at a time go through the warp's staging buffer (stmatrix: 16 rows of 64
+// bytes, the 16-byte chunks swizzled by row so that neither side conflicts), then each lane stores
+// 16 bytes: whole sectors of a row. Rows past the group's data and columns past N are not written.
+template <int kN>
+__device__ __forceinline__ void store_staged(const Params& p, const Tile& t, const float (&acc)[kN / 2], int row,
+                                             std::uint8_t* staging) {
+  const int lane = int(threadIdx.x % 32);
+  const std::uint32_t buf = smem_address(staging);
+  // stmatrix x4: lane l gives row l % 8 of matrix l / 8 (rows 8 (m % 2) + l % 8, 8 columns 8 (m / 2))
+  const int s_row = 8 * ((lane / 8) % 2) + lane % 8, s_chunk = lane / 16;
+#pragma unroll
+  for (int c0 = 0; c0 < kN; c0 += 32) {
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {  // columns c0 + 16 pair + [0, 16): accumulator groups j, j + 1
+      const int j = c0 / 8 + 2 * pair;
+      const int chunk = 2 * pair + s_chunk;
+      const std::uint32_t at = buf + std::uint32_t(s_row * 64 + ((chunk ^ (s_row / 2 % 4)) * 16));
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+                   "r"(bf16x2_bits(acc[4 * j], acc[4 * j + 1])), "r"(bf16x2_bits(acc[4 * j + 2], acc[4 * j + 3])),
+                   "r"(bf16x2_bits(acc[4 * j + 4], acc[4 * j + 5])), "r"(bf16x2_bits(acc[4 * j + 6], acc[4 * j + 7]))
+                   : "memory");
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {  // 16 rows x 4 chunks of 16 bytes
+      const int r = (lane + 32 * it) / 4, chunk = lane % 4;
+      const uint4 v = *reinterpret_cast<const uint4*>(staging + r * 64 + ((chunk ^ (r / 2 % 4)) * 16));
+      const int col = t.n0 + c0 + 8 * chunk;
+      if (t.m0 + row + r < t.rows && col < p.n)
+        *reinterpret_cast<uint4*>(p.d + (std::size_t(t.row0) + t.m0 + row + r) * p.n + col) = v;
+    }
+    __syncwarp();
+  }
 }
 
 // GEMM1's activated rows lo and lo + 8 of the tile (gate and up accumulators of the same 64 x 128
@@ -195,24 +272,24 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
 
 template <int kN, Activation kAct>
 __global__ void __launch_bounds__(kThreads, 1)
-    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p,
-                   ActOut act) {
+    fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                   const __grid_constant__ ScaleMaps scale_maps, Params p, ActOut act) {
   using S = Shape<kN>;
   // ---- shared memory
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
   const std::uint32_t tiles = smem_address(smem);
-  float* scale_a = reinterpret_cast<float*>(smem + S::kScalesOffset);   // [stages][128]
-  float* scale_w = reinterpret_cast<float*>(smem + S::kWScalesOffset);  // [stages][4]
+  const float* scale_a = reinterpret_cast<const float*>(smem + S::kScalesOffset);   // [stages][160]
+  const float* scale_w = reinterpret_cast<const float*>(smem + S::kWScalesOffset);  // [stages][2][32]
   const std::uint32_t full = smem_address(smem + S::kBarriersOffset), empty = full + 8 * S::kStages;
   Tile* slots = reinterpret_cast<Tile*>(smem + S::kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + S::kTableOffset);
 
-  // ---- barriers: full takes lane 0's arrival with the TMA bytes and each producer lane's once its
-  // cp.async copies landed; empty one per math warp, after its WGMMAs read the stage
+  // ---- barriers: full takes the producer's arrival with the stage's TMA bytes; empty one per math
+  // warp, after its WGMMAs read the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      barrier_init(full + 8 * s, 1 + 32);
+      barrier_init(full + 8 * s, 1);
       barrier_init(empty + 8 * s, kMath * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
@@ -228,45 +305,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- producer
   if (warpgroup == kMath) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (threadIdx.x % 128 >= 32) return;
+    if (threadIdx.x % 128 != 0) return;
+    constexpr int kBytes = S::kStageBytes + (kAScaleBox + (S::kPaired ? 2 : 1) * kWScaleBox) * 4;
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
     for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
       const Tile t = walk.find<S::kOutCols>(p, index);
-      // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start: one bulk copy
-      // per stage when they are 16-byte aligned and inside the group, else the lanes' 4-byte copies
-      // (zeros past the group's rows: another group's).
-      const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
-      const bool bulk = t.m0 + kRows <= t.padded && t.padded % 4 == 0 &&
-                        (reinterpret_cast<std::uintptr_t>(a_scale) & 15) == 0;
-      // The W rows: [n0, n0 + kN), or the gate rows [n0, n0 + 128) and the up rows I further. Their
-      // scale blocks: the first and the next, or the gate's and the up's.
+      slots[count % kTileSlots] = t;
+      // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
+      // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows
+      // [n0, n0 + 128) and the up rows I further; their scale blocks: the first and the next (one
+      // box), or the gate's and the up's (two).
+      const ScaleIndex at = scale_index(scale_maps, t, k_blocks, n_blocks, act.inter);
       const int w_row = t.group * p.n + t.n0;
-      const int nb = t.n0 / kTileN, nb_second = S::kPaired ? (act.inter + t.n0) / kTileN : nb + 1;
-      const float* w_scale = p.w_scales + std::size_t(t.group) * k_blocks * n_blocks;
-      if (lane == 0) slots[count % kTileSlots] = t;
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(empty + 8 * stage, parity ^ 1);
         const std::uint32_t bar = full + 8 * stage;
-        float* sa = scale_a + stage * kRows;
-        if (lane == 0) {
-          barrier_expect_bytes(bar, S::kStageBytes + (bulk ? kRows * 4 : 0));
-          const std::uint32_t a = tiles + std::uint32_t(stage * S::kStageBytes);
-          tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
-          tma_load(a + S::kABytes, &map_w, kb * kTileK, w_row, bar);
-          if (S::kPaired) tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
-          if (bulk) bulk_load(smem_address(sa), a_scale + std::size_t(kb) * t.padded, kRows * 4, bar);
+        barrier_expect_bytes(bar, kBytes);
+        const std::uint32_t a = tiles + std::uint32_t(stage * S::kStageBytes);
+        tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
+        tma_load(a + S::kABytes, &map_w, kb * kTileK, w_row, bar);
+        tma_load_1d(smem_address(scale_a + stage * kAScaleSlot), &scale_maps.a, at.a_at(kb) & ~3, bar);
+        const std::uint32_t sw = smem_address(scale_w + stage * 64);
+        tma_load_1d(sw, &scale_maps.w, at.w_at(kb) & ~3, bar);
+        if constexpr (S::kPaired) {
+          tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
+          tma_load_1d(sw + 128, &scale_maps.w, at.up_at(kb) & ~3, bar);
         }
-        if (!bulk) {
-#pragma unroll
-          for (int r = lane; r < kRows; r += 32)
-            copy4_async(sa + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
-        }
-        if (lane < 2) {
-          const int block = lane == 0 ? nb : nb_second;
-          copy4_async(scale_w + stage * 4 + lane, w_scale + std::size_t(kb) * n_blocks + block, block < n_blocks, w_scale);
-        }
-        barrier_arrive_when_copied(bar);
       }
     }
     return;
@@ -277,64 +342,131 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegisters));
   const int c = warpgroup, warp = int(threadIdx.x / 32) % 4;
   const int local = c * 64 + warp * 16 + lane / 4;
+  std::uint8_t* staging = smem + S::kStagingOffset + (c * 4 + warp) * kStagingBytes;
   constexpr int kRegs = S::kWgmmaN / 2;
   // part[i], acc[i]: row lo (i % 4 < 2) or lo + 8, column 8 (i / 4) + 2 (lane % 4) + i % 2; paired:
-  // acc the gate half, acc_up the up half
-  float acc[kRegs], acc_up[S::kPaired ? kRegs : 1], part[kRegs];
+  // acc the gate half, acc_up the up half; kN 128: part and part2 take turns
+  constexpr bool kTwoParts = kN == 128;
+  float acc[kRegs], acc_up[S::kPaired ? kRegs : 1], part[kRegs], part2[kRegs];
   const std::uint64_t desc_a0 = smem_descriptor(tiles + std::uint32_t(c * 64 * kTileK));
   const std::uint64_t desc_b0 = smem_descriptor(tiles + std::uint32_t(S::kABytes));
   constexpr std::uint64_t kUpHalf = kTileN * kTileK / 16;  // the up half's W rows, in descriptor units
+  constexpr std::uint64_t kStageDesc = S::kStageBytes / 16;
   int stage = 0, count = 0;
   std::uint32_t parity = 0;
+  // A warp's reads of a stage are done when its lanes pass this; then lane 0 hands the stage back.
+  auto release = [&](int s) {
+    __syncwarp();
+    if (lane == 0) barrier_arrive(empty + 8 * s);
+  };
+  // A stage's scales (every shared read of the stage before its release): s[h][b] for rows lo (h 0)
+  // and lo + 8 (h 1) and the first (b 0) and second W scale block.
+  struct Scales {
+    float s00, s10, s01, s11;
+  };
+  auto scales_of = [&](const ScaleIndex& at, int s, int kb) {
+    const float* a = scale_a + s * kAScaleSlot + (at.a_at(kb) & 3);
+    const float a_lo = a[local], a_hi = a[local + 8];
+    const float* w = scale_w + s * 64 + (at.w_at(kb) & 3);
+    const float w0 = w[0], w1 = S::kPaired ? scale_w[s * 64 + 32 + (at.up_at(kb) & 3)] : w[1];
+    return Scales{a_lo * w0, a_hi * w0, a_lo * w1, a_hi * w1};
+  };
   for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = slots[count % kTileSlots];
-    // A warp's reads of a stage are done when its lanes pass this; then lane 0 hands the stage back.
-    auto release = [&] {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(empty + 8 * stage);
-    };
     if (c * 64 >= t.rows - t.m0) {  // no rows of this warpgroup: hand the stages back as they fill
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(full + 8 * stage, parity);
-        release();
+        release(stage);
       }
       continue;
     }
     // The columns that take the first W scale block (the rest take the second).
     const int split = S::kPaired ? kTileN : kTileN - t.n0 % kTileN;
+    const ScaleIndex at = scale_index(scale_maps, t, k_blocks, n_blocks, act.inter);
     auto k_loop = [&](auto first_cols) {
+      constexpr int kFirst = decltype(first_cols)::value;
+      auto promote = [&](const float(&from)[kRegs], const Scales& sc) {
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) {
+          const bool first = (i / 4) * 8 < kFirst;
+          acc[i] += from[i] * (i % 4 < 2 ? (first ? sc.s00 : sc.s01) : (first ? sc.s10 : sc.s11));
+        }
+      };
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
       if constexpr (S::kPaired) {
 #pragma unroll
         for (int i = 0; i < kRegs; ++i) acc_up[i] = 0.0f;
       }
-#pragma unroll 1
-      for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
+      auto start = [&](float(&into)[kRegs], int kb) {  // the current stage's (K block kb) WGMMAs, once it is full
         barrier_wait(full + 8 * stage, parity);
-        // every shared read of the stage before its release
-        const float a_lo = scale_a[stage * kRows + local], a_hi = scale_a[stage * kRows + local + 8];
-        const float w0 = scale_w[stage * 4], w1 = scale_w[stage * 4 + 1];
-        const std::uint64_t da = desc_a0 + std::uint64_t(stage) * (S::kStageBytes / 16);
-        const std::uint64_t db = desc_b0 + std::uint64_t(stage) * (S::kStageBytes / 16);
-        const float s00 = a_lo * w0, s10 = a_hi * w0, s01 = a_lo * w1, s11 = a_hi * w1;
-        if constexpr (S::kPaired) {  // the gate half, then the up half, each promoted with its scale
-          stage_product<kTileN>(part, da, db);
+        const Scales sc = scales_of(at, stage, kb);
+        issue_stage<S::kWgmmaN>(into, desc_a0 + std::uint64_t(stage) * kStageDesc,
+                                desc_b0 + std::uint64_t(stage) * kStageDesc);
+        return sc;
+      };
+      if constexpr (kTwoParts) {
+        // Stage k's product is promoted from one part while stage k + 1's WGMMAs run into the other,
+        // in runs of 4 (then 2, then 1) stages: no WGMMA is in flight where a branch is taken (ptxas
+        // serializes them otherwise), and 3 of 4 promotions overlap WGMMAs.
+        int kb = 0;
+        auto begin = [&](float(&into)[kRegs], int& done) {
+          done = stage;
+          const Scales sc = start(into, kb++);
+          advance(stage, parity);
+          return sc;
+        };
+        auto finish = [&](float(&from)[kRegs], const Scales& sc, int done) {
+          release(done);
+          promote(from, sc);
+        };
+        int d0 = 0, d1 = 0, left = k_blocks;
+#pragma unroll 1
+        for (; left >= 4; left -= 4) {
+          Scales s0 = begin(part, d0);
+          Scales s1 = begin(part2, d1);
+          wait_stages<1>(part);
+          finish(part, s0, d0);
+          s0 = begin(part, d0);
+          wait_stages<1>(part2);
+          finish(part2, s1, d1);
+          s1 = begin(part2, d1);
+          wait_stages<1>(part);
+          finish(part, s0, d0);
+          wait_stages<0>(part2);
+          finish(part2, s1, d1);
+        }
+        if (left >= 2) {
+          const Scales s0 = begin(part, d0);
+          const Scales s1 = begin(part2, d1);
+          wait_stages<1>(part);
+          finish(part, s0, d0);
+          wait_stages<0>(part2);
+          finish(part2, s1, d1);
+          left -= 2;
+        }
+        if (left == 1) {
+          const Scales s0 = begin(part, d0);
+          wait_stages<0>(part);
+          finish(part, s0, d0);
+        }
+      } else {
+#pragma unroll 1
+        for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
+          const Scales sc = start(part, kb);
+          wait_stages<0>(part);
+          if constexpr (S::kPaired) {  // the gate half, then the up half, each promoted with its scale
+            promote(part, sc);
+            issue_stage<kTileN>(part, desc_a0 + std::uint64_t(stage) * kStageDesc,
+                                desc_b0 + std::uint64_t(stage) * kStageDesc + kUpHalf);
+            wait_stages<0>(part);
+            release(stage);
 #pragma unroll
-          for (int i = 0; i < kRegs; ++i) acc[i] += part[i] * (i % 4 < 2 ? s00 : s10);
-          stage_product<kTileN>(part, da, db + kUpHalf);
-          release();
-#pragma unroll
-          for (int i = 0; i < kRegs; ++i) acc_up[i] += part[i] * (i % 4 < 2 ? s01 : s11);
-        } else {
-          constexpr int kFirst = decltype(first_cols)::value;
-          stage_product<kN>(part, da, db);
-          release();
-#pragma unroll
-          for (int i = 0; i < kRegs; ++i) {
-            const bool first = (i / 4) * 8 < kFirst;
-            acc[i] += part[i] * (i % 4 < 2 ? (first ? s00 : s01) : (first ? s10 : s11));
+            for (int i = 0; i < kRegs; ++i) acc_up[i] += part[i] * (i % 4 < 2 ? sc.s01 : sc.s11);
+          } else {
+            release(stage);
+            promote(part, sc);
           }
         }
       }
@@ -342,8 +474,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kN == 192 && split == 64) k_loop(std::integral_constant<int, 64>{});
     else k_loop(std::integral_constant<int, kTileN>{});
     if constexpr (S::kPaired) store_activated<kAct>(p, act, t, acc, acc_up, t.m0 + local);
-    else store_bf16<false, kN>(p, t, acc, t.m0 + local, t.n0 + 2 * (lane % 4), RowScales{0.0f, 0.0f});
+    else store_staged<kN>(p, t, acc, c * 64 + warp * 16, staging);
   }
+}
+
+// elements floats from base as a 1-D tensor map read in boxes of box (zeros past the end); the map
+// starts at the 16-byte boundary at or before base, shift elements earlier.
+inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, int& shift) {
+  const auto address = reinterpret_cast<std::uintptr_t>(base);
+  shift = int(address % 16 / 4);
+  CUtensorMap map{};
+  const cuuint64_t dims[1] = {cuuint64_t(elements + shift)};
+  const cuuint64_t strides[1] = {cuuint64_t(4)};  // not read for one dimension
+  const cuuint32_t boxes[1] = {cuuint32_t(box)};
+  const cuuint32_t element_strides[1] = {1};
+  const CUresult r = encode_function()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, reinterpret_cast<void*>(address - address % 16),
+                                       dims, strides, boxes, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, [&] { return "FP8 block GEMM: scale tensor map failed (" + std::to_string(int(r)) + ")"; });
+  return map;
 }
 
 template <int kN, Activation kAct>
@@ -356,14 +506,18 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
   const std::int64_t tiles = row_tiles * ((out_cols + S::kOutCols - 1) / S::kOutCols);
   const unsigned blocks = unsigned(std::min<std::int64_t>(tiles, multiprocessor_count()));
+  const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
   const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, S::kPaired ? kTileN : kN);
+  ScaleMaps scales{};
+  scales.a = scale_map(args.a_scales, desc.max_rows * k_blocks, kAScaleBox, scales.a_shift);
+  scales.w = scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
   const Params params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct>), S::kSmemBytes);
-  fp8_block_gemm<kN, kAct><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, params, act);
+  fp8_block_gemm<kN, kAct><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 
@@ -373,6 +527,11 @@ inline Status can_implement(const GroupedGemmDesc& desc, GemmOutput output) {
     return Status::no(std::string("this tile writes ") + (output == GemmOutput::bf16 ? "bf16" : "activated FP8") + " out");
   if (output == GemmOutput::activated_fp8 && desc.n % (2 * kTileN) != 0)
     return Status::no("activated out: 2I a multiple of 256, given " + std::to_string(desc.n));
+  if (desc.n % 8 != 0) return Status::no("N: a multiple of 8 (16-byte rows out), given " + std::to_string(desc.n));
+  const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK;
+  if ((desc.max_rows + kRows) * k_blocks >= (std::int64_t(1) << 31) ||
+      desc.groups * k_blocks * ((desc.n + kTileN - 1) / kTileN) >= (std::int64_t(1) << 31))
+    return Status::no("rows or groups x N: too many scales for the scale tensor maps' int coordinates");
   if (desc.groups > kMaxGroups)
     return Status::no("groups: at most " + std::to_string(kMaxGroups) + " (the tile table), given " +
                       std::to_string(desc.groups));
