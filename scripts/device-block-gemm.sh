@@ -3,7 +3,7 @@
 # tests, grouped_gemm_bench on bench/cases/prefill.txt beside CUTLASS's tiles, optionally ncu on it
 # and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
 # table last.
-#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu layer peers)
+#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass layer peers)
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
@@ -57,6 +57,21 @@ if [[ " $steps " == *" ncufull "* ]]; then
       "$build/bench/grouped_gemm_bench" --cases /tmp/ncu_case.txt >"$out/ncu_$(echo "$tiles" | tr -c 'a-z0-9' '_').log" 2>&1 || status=1
   done
   grep -hE "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|L1/TEX Hit|L2 Hit|Shared Memory" "$out"/ncu_*.log | head -n 60
+fi
+if [[ " $steps " == *" sass "* ]]; then
+  # Warp-stall samples and executed instructions per SASS line (SourceCounters) of CUTLASS's 128x128
+  # and the persistent 128x128 on the first case: scripts/sass_profile.py summarizes each by opcode
+  # and region; the CSVs come back for a closer look.
+  grep -v "^#" "$root/bench/cases/prefill.txt" | head -n 1 >/tmp/ncu_case.txt
+  for tiles in cooperative "128x128 persistent"; do
+    name=$(echo "$tiles" | tr -c 'a-z0-9\n' '_')
+    echo "== sass profile: $tiles"
+    MOEKIT_BENCH_TILES="$tiles" timeout 200 ncu --clock-control none -k regex:"fp8_block_gemm|device_kernel" -c 1 \
+      --launch-skip 3 --section SourceCounters --section SpeedOfLight -f -o "/tmp/sass_$name" \
+      "$build/bench/grouped_gemm_bench" --cases /tmp/ncu_case.txt >"/tmp/sass_$name.log" 2>&1 || status=1
+    ncu -i "/tmp/sass_$name.ncu-rep" --page source --csv --print-source sass >"$out/sass_$name.csv" 2>>"/tmp/sass_$name.log"
+    python3 "$root/scripts/sass_profile.py" "$out/sass_$name.csv" | head -n 40
+  done
 fi
 if [[ " $steps " == *" peers "* ]]; then
   echo "== DeepGEMM on the same groups"
