@@ -45,6 +45,7 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
   std::ostringstream j;
   j << "{\"moekit_version\": " << quoted(std::string(version())) << ", \"git_commit\": " << quoted(MOEKIT_GIT_COMMIT)
     << ", \"backend\": " << quoted(r.backend) << ", \"routing\": " << quoted(r.routing)
+    << (r.skew.empty() ? "" : ", \"skew\": " + quoted(r.skew))
     << ", \"gpu\": " << quoted(r.gpu.name) << ", \"driver\": " << quoted(r.gpu.driver) << ", \"sms\": " << r.gpu.sms
     << ",\n \"ceilings\": {\"copy_gbs\": " << number(r.ceilings.copy_gbs)
     << ", \"bf16_tflops\": " << number(r.ceilings.bf16_tflops) << ", \"fp8_tflops\": " << number(r.ceilings.fp8_tflops)
@@ -56,7 +57,8 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
       << ", \"tokens\": " << c.tokens << ", \"us\": " << number(c.us)
       << ", \"tflops\": " << number(c.roof.flops / c.us / 1e6) << ", \"gbs\": " << number(c.roof.bytes / c.us / 1e3)
       << ", \"flops\": " << number(c.roof.flops) << ", \"bytes\": " << number(c.roof.bytes)
-      << ", \"experts_touched\": " << c.roof.experts_touched << ", \"floor_us\": " << number(c.floor_us)
+      << ", \"experts_touched\": " << c.roof.experts_touched << ", \"busiest_rows\": " << c.load.busiest
+      << ", \"empty_experts\": " << c.load.empty << ", \"floor_us\": " << number(c.floor_us)
       << ", \"efficiency\": " << (c.floor_us > 0 ? number(c.floor_us / c.us) : "null")
       << ", \"graph\": " << (c.graph ? "true" : "false");
     if (!c.tuning.empty()) j << ", \"tuning_cache\": " << quoted(c.tuning);

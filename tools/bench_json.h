@@ -8,6 +8,7 @@
 
 #include "bench_gpu.h"
 #include "bench_roofline.h"
+#include "core/skew.h"
 
 namespace moekit::cli {
 
@@ -17,6 +18,8 @@ struct BenchCase {
   double us = 0;
   bool graph = false;
   Roofline roof;
+  core::RoutingLoad load;                              // of input set 0's routing
+  std::string skew;                                    // --skew ("" without)
   double floor_us = 0;                                 // 0 without ceilings (CPU)
   double host_us = 0;                                  // GPU: the median host time of one eager call (enqueue, no wait)
   std::vector<std::pair<std::string, double>> host_steps;  // GPU: where that host time goes, per step
@@ -27,6 +30,7 @@ struct BenchCase {
 
 struct BenchRecord {
   std::string backend, routing;
+  std::string skew;    // --skew ("" without)
   GpuInfo gpu;         // empty on the CPU
   Ceilings ceilings;   // zeros on the CPU
   std::vector<BenchCase> cases;

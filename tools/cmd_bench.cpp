@@ -49,6 +49,7 @@ struct Problem {
   std::string name;
   MoEConfig config;
   std::uint64_t seed = 0;
+  std::vector<float> skew_bias;  // --skew: [E], added to every generated input set's logits
   std::optional<core::SyntheticLayer> synthetic;
   std::optional<io::LayerFile> file;
 
@@ -60,8 +61,9 @@ struct Problem {
   std::pair<Tensor, Tensor> inputs(std::int64_t tokens, int set) const {
     if (!file) {
       const std::uint64_t s = seed + 100 + std::uint64_t(set);
-      return {core::make_hidden(tokens, config.hidden_size, s),
-              core::make_router_logits(tokens, config.num_experts, DType::f32, s)};
+      Tensor logits = core::make_router_logits(tokens, config.num_experts, DType::f32, s);
+      core::add_router_bias(logits.view(), skew_bias);
+      return {core::make_hidden(tokens, config.hidden_size, s), std::move(logits)};
     }
     const std::int64_t first = (set + 1) * tokens <= max_tokens() ? set * tokens : 0;
     return {rows(file->hidden, first, tokens), rows(file->router_logits, first, tokens)};
@@ -86,6 +88,7 @@ Problem preset_problem(const std::string& name, const Args& args, std::uint64_t 
   }
   if (args.has("quant")) p.config.quant.scheme = parse_quant_scheme(args.get("quant", ""), "--quant");
   apply_run_options(p.config, args);
+  p.skew_bias = skew_bias_of(args, p.config.num_experts, seed);  // one bias for every input set
   std::fprintf(stderr, "bench: %s: generating weights...\n", name.c_str());
   p.synthetic = core::make_synthetic_layer(p.config, seed);
   return p;
@@ -96,6 +99,9 @@ Problem file_problem(const std::string& path, const Args& args) {
     throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
   if (args.has("shared-experts"))
     throw UsageError("--shared-experts: an --inputs layer file says its own shared experts; drop --shared-experts");
+  if (args.has("skew"))
+    throw UsageError("--skew: biases generated router logits; a layer file's are its own: drop --skew (a skewed "
+                     "file: moekit run --preset NAME --skew SPEC --save-layer FILE)");
   Problem p;
   std::fprintf(stderr, "bench: reading %s...\n", path.c_str());
   p.file = io::read_layer_file(path);
@@ -164,6 +170,7 @@ struct Settings {
   bool fused = true;
   bool stages = false;
   int runs = 0;  // 0: the device's default
+  std::string skew;  // --skew as given ("" without)
   std::vector<std::string> tuning{""};  // --tuning-cache: one pass per cache ("": the layer's default)
 };
 
@@ -279,6 +286,7 @@ void print_case(const BenchCase& r) {
               r.preset.c_str(), r.quant.c_str(), static_cast<long long>(r.tokens), r.us, r.roof.flops / r.us / 1e6,
               r.roof.bytes / r.us / 1e3, static_cast<long long>(r.roof.experts_touched), r.floor_us,
               r.floor_us > 0 ? 100.0 * r.floor_us / r.us : 0.0, r.graph ? " (graph)" : "");
+  std::printf("    routing: %s%s\n", r.load.to_string().c_str(), r.skew.empty() ? "" : (", skew " + r.skew).c_str());
   if (r.host_us > 0) std::printf("    host per eager call: %.1f us\n", r.host_us);
   if (!r.host_steps.empty())
     std::printf("    host per step (µs, median, enqueue only): %s\n", steps_line(r.host_steps).c_str());
@@ -363,6 +371,8 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
     r.tuning = tuning;
+    r.load = core::routing_load(in.host_ids.view(), p.config.num_experts);  // input set 0's
+    r.skew = settings.skew;
     const bool shares = p.config.shared_experts > 0;
     r.roof = shares ? roofline(core::experts_config(p.config), stage_ids(p.config, in).view())
                     : roofline(p.config, in.host_ids.view());
@@ -403,6 +413,7 @@ int cmd_bench(int argc, char** argv) {
       {"stages", false, "also time each step of the layer (eager calls, events between the steps)"},
       {"runs", true, "timed calls per case (default 20 on a GPU, 3 on the CPU)"},
       {"seed", true, "seed of weights and inputs (default 1)"},
+      skew_flag(),
       {"json", true, "also write the results to this JSON file"},
       {"tuning-cache", true,
        "FILE|off[,...]: the tuning cache of the layer (docs/TUNE.md; default: MOEKIT_TUNING_CACHE, else the "
@@ -429,6 +440,12 @@ int cmd_bench(int argc, char** argv) {
   if (routing != "fused" && routing != "external")
     throw UsageError("--routing: expected one of fused|external, given '" + routing + "'");
   settings.fused = routing == "fused";
+  if (args.has("skew")) {
+    settings.skew = skew_of(args).to_string();  // a bad SPEC is named first
+    if (!settings.fused)
+      throw UsageError("--skew: biases the router logits the layer routes; with --routing external it is given "
+                       "topk_ids/topk_weights instead: drop --skew or use --routing fused");
+  }
   settings.stages = args.has("stages");
   settings.runs = int(args.get_int("runs", 0, 1, 10000));
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
@@ -436,6 +453,7 @@ int cmd_bench(int argc, char** argv) {
 
   BenchRecord record;
   record.routing = routing;
+  record.skew = settings.skew;
   std::vector<Problem> problems;
   if (args.has("inputs")) problems.push_back(file_problem(args.get("inputs", ""), args));
   else

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #ifdef MOEKIT_HAVE_CUDA
@@ -133,10 +134,12 @@ struct Batch {
   MoEConfig whole;
   std::uint64_t seed = 0;
   int ranks = 1;
+  std::vector<float> skew_bias;  // --skew: [E], added to the logits; empty without
   std::pair<Tensor, Tensor> make(std::int64_t tokens_per_rank) const {
     const std::int64_t total = tokens_per_rank * ranks;
-    return {core::make_hidden(total, whole.hidden_size, seed + 100),
-            core::make_router_logits(total, whole.num_experts, DType::f32, seed + 100)};
+    Tensor logits = core::make_router_logits(total, whole.num_experts, DType::f32, seed + 100);
+    core::add_router_bias(logits.view(), skew_bias);
+    return {core::make_hidden(total, whole.hidden_size, seed + 100), std::move(logits)};
   }
 };
 
@@ -248,6 +251,7 @@ int bench_ranks(const Args& args, int local_rank, Communicator& world, std::chro
   mine.ep_rank = rank;
   validate(mine);
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
+  const std::vector<float> skew_bias = skew_bias_of(args, whole.num_experts, seed);  // checked before generating
   const std::vector<std::int64_t> token_list = args.get_int_list("tokens", "128,4096", 1, 1 << 20);
   const std::string backend = select_backend(mine, args.get("backend", "auto")).chosen;
   const Device device = backend == "cpu" ? Device::cpu : Device::cuda;
@@ -269,7 +273,7 @@ int bench_ranks(const Args& args, int local_rank, Communicator& world, std::chro
   link.block = std::size_t(device == Device::cuda ? 256 : 16) << 20;
   link.gbs = link_gbs(comm, device, link.block);
 
-  const Batch batch{whole, seed, n};
+  const Batch batch{whole, seed, n, skew_bias};
   std::vector<std::pair<EpCombine, std::vector<Case>>> results;
   for (const EpCombine combine : combines) {
     LayerOptions options;

@@ -155,6 +155,9 @@ int cmd_run(int argc, char** argv) {
   std::printf("  forward  %.3f ms (%s, wall clock%s)\n", ms, std::string(layer.backend_name()).c_str(),
               device == Device::cuda ? ", second call" : "");
 
+  // The load of the routing the layer ran (the shared experts, every token's, left out).
+  std::printf("  routing  %s\n", core::routing_load(ids.view(), s.config.num_experts).to_string().c_str());
+
   if (args.has("dump")) dump(args.get("dump", ""), s, out, ids, weights);
   if (args.has("check") && !check(s, out, ids, weights)) return 1;
   return 0;

@@ -231,7 +231,10 @@ int run_ranks(const Args& args, const MpiSession& mpi, Communicator& comm, std::
   const Tensor all_out = gather_rows(comm, out.view(), split, false);
   const Tensor all_ids = gather_rows(comm, ids.view(), split, true);
   const Tensor all_weights = gather_rows(comm, weights.view(), split, true);
-  if (rank == 0) print_run(s, layer, layer_comm, split, stats);
+  if (rank == 0) {
+    print_run(s, layer, layer_comm, split, stats);
+    std::printf("  routing  %s\n", core::routing_load(all_ids.view(), s.config.num_experts).to_string().c_str());
+  }
   if (args.has("dump") && rank == 0) {
     MoEConfig whole = s.config;  // the file describes the whole layer's result, as ep = 1 writes it
     whole.ep_size = 1;

@@ -45,6 +45,15 @@ RoutingMode routing_mode(const Args& args) {
   return mode == "fused" ? RoutingMode::fused : RoutingMode::external;
 }
 
+// --skew on generated logits: the bias of the config's experts, checked before anything is
+// generated (the logits take it once made); the source names it.
+void skew_setup(const Args& args, RunSetup& s, std::uint64_t seed) {
+  if (!args.has("skew")) return;
+  s.skew = skew_of(args);
+  s.skew_bias = skew_bias_of(args, s.config.num_experts, seed);
+  s.source += ", skew " + s.skew.to_string();
+}
+
 void setup_from_file(const Args& args, RunSetup& s, SetupDepth depth) {
   if (args.has("preset") || args.has("tokens") || args.has("seed") || args.has("checkpoint") || args.has("layer"))
     throw UsageError("--inputs: takes the problem from the file; drop --preset/--tokens/--seed/--checkpoint/--layer");
@@ -112,6 +121,7 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   if (depth == SetupDepth::problem) {
     s.config = io::inspect_hf_layer(folder, layer, options);
     apply_run_options(s.config, args);
+    skew_setup(args, s, seed);
     return;
   }
   s.checkpoint = io::import_hf_layer(folder, layer, options);
@@ -120,7 +130,9 @@ void setup_from_checkpoint(const Args& args, RunSetup& s, int ep_size, int ep_ra
   s.weights = s.checkpoint->weights();
   s.master = std::make_unique<core::DequantizedWeights>(s.config, s.weights);
   s.hidden = core::make_hidden(s.tokens, s.config.hidden_size, seed);
+  skew_setup(args, s, seed);
   s.router_logits = router_logits_of(s.hidden, s.checkpoint->gate_weight);
+  core::add_router_bias(s.router_logits.view(), s.skew_bias);
 }
 
 void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank, SetupDepth depth) {
@@ -137,12 +149,14 @@ void setup_from_preset(const Args& args, RunSetup& s, int ep_size, int ep_rank, 
   });
   const auto seed = std::uint64_t(args.get_int("seed", 1, 0, std::int64_t(1) << 62));
   s.source = "preset " + args.get("preset", "") + ", seed " + std::to_string(seed);
+  skew_setup(args, s, seed);
   if (depth == SetupDepth::problem) return;
   s.synthetic = core::make_synthetic_layer(s.config, seed);
   s.weights = s.synthetic->weights();
   s.master = std::make_unique<core::SyntheticMaster>(s.config, seed);
   s.hidden = core::make_hidden(s.tokens, s.config.hidden_size, seed);
   s.router_logits = core::make_router_logits(s.tokens, s.config.num_experts, DType::f32, seed);
+  core::add_router_bias(s.router_logits.view(), s.skew_bias);
 }
 
 }  // namespace
@@ -190,6 +204,24 @@ Flag shared_experts_flag() {
           "checkpoint imports them (mlp.shared_experts), a layer file says its own"};
 }
 
+Flag skew_flag() {
+  return {"skew", true,
+          "none|zipf:ALPHA|hot:N:B: skewed routing, a fixed bias per expert added to the generated router logits "
+          "before any routing method sees them. zipf: -ALPHA ln(rank+1); hot: +B on N experts; ranks are a "
+          "permutation of the experts drawn from --seed (default none: the logits untouched)"};
+}
+
+core::RouterSkew skew_of(const Args& args) {
+  if (!args.has("skew")) return {};
+  return as_usage([&] { return core::parse_router_skew(args.get("skew", ""), "--skew"); });
+}
+
+std::vector<float> skew_bias_of(const Args& args, std::int64_t experts, std::uint64_t seed) {
+  if (!args.has("skew")) return {};
+  const core::RouterSkew skew = skew_of(args);
+  return as_usage([&] { return core::router_skew_bias(skew, experts, seed, "--skew"); });
+}
+
 std::vector<Flag> problem_flags() {
   return {
       {"preset", true, "model preset (moekit presets)"},
@@ -206,6 +238,7 @@ std::vector<Flag> problem_flags() {
       {"checkpoint", true, "a Hugging Face checkpoint folder instead of --preset (with --layer)"},
       {"layer", true, "the layer of --checkpoint to import"},
       shared_experts_flag(),
+      skew_flag(),
   };
 }
 
@@ -213,6 +246,15 @@ RunSetup setup_from_args(const Args& args, int ep_size, int ep_rank, SetupDepth 
   RunSetup s;
   check_backend_name(args);
   s.routing = routing_mode(args);
+  if (args.has("skew")) {
+    skew_of(args);  // a bad SPEC is named first
+    if (s.routing == RoutingMode::external)
+      throw UsageError("--skew: biases the router logits the layer routes; with --routing external it is given "
+                       "topk_ids/topk_weights instead: drop --skew or use --routing fused");
+    if (args.has("inputs"))
+      throw UsageError("--skew: biases generated router logits; a layer file's are its own: drop --skew (a skewed "
+                       "file: moekit run --preset NAME --skew SPEC --save-layer FILE)");
+  }
   if (args.has("inputs") && ep_size > 1)
     throw UsageError("--inputs: a layer file holds every expert; with --ep use --preset or --checkpoint");
   if (args.has("inputs")) setup_from_file(args, s, depth);

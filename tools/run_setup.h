@@ -8,6 +8,7 @@
 
 #include "cli_args.h"
 #include "core/master_weights.h"
+#include "core/skew.h"
 #include "core/synthetic.h"
 #include "io/checkpoint.h"
 #include "io/layer_file.h"
@@ -24,6 +25,8 @@ enum class SetupDepth { full, problem };
 struct RunSetup {
   MoEConfig config;
   std::string source;  // "preset deepseek-v3, seed 1", "file F" or "checkpoint DIR, layer N"
+  core::RouterSkew skew;             // --skew: none unless given
+  std::vector<float> skew_bias;      // [E], added to the generated router_logits; empty without a skew
   RoutingMode routing = RoutingMode::fused;
   std::int64_t tokens = 0;  // T
   Tensor hidden, router_logits, topk_ids, topk_weights;  // topk_* given for external routing
@@ -45,6 +48,11 @@ Flag accumulation_flag();
 Flag batch_invariance_flag();
 Flag path_flag();
 Flag shared_experts_flag();
+Flag skew_flag();
+// --skew SPEC (none when not given); a bad SPEC is a UsageError naming --skew.
+core::RouterSkew skew_of(const Args& args);
+// The bias [E] of --skew for E experts and the problem's seed (core/skew.h); empty without it.
+std::vector<float> skew_bias_of(const Args& args, std::int64_t experts, std::uint64_t seed);
 // --shared-experts N (0 when not given).
 std::int64_t shared_experts_of(const Args& args);
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/skew.h"
 #include "core/synthetic.h"
 #include "io/layer_file.h"
 #include "moekit/device.h"
@@ -339,6 +340,85 @@ TEST(ToolsCli, SaveLayerWritesTheProblemThatRunAndBenchRead) {
   EXPECT_NE(too_many.err.find("--tokens: 13 is more than the file's 12 rows"), std::string::npos) << too_many.err;
 }
 
+// The number after `key` in `text` (e.g. "empty=" in the routing line); -1 without it.
+long long number_after(const std::string& text, const std::string& key) {
+  const std::size_t at = text.find(key);
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + key.size());
+}
+
+// --skew (core/skew.h): the generated logits take the bias before the layer routes them, the
+// layer file keeps the biased logits, the same seed gives the same bits, and run prints the load.
+TEST(ToolsCli, SkewBiasesTheLogitsTheLayerRoutesAndSaves) {
+  TempDir dir;
+  const std::string problem = "run --preset qwen3-30b-a3b --tokens 64 --seed 3 --backend cpu";
+  const std::string layer = dir.file("skewed.safetensors");
+  const Result skewed = moekit(problem + " --skew zipf:3 --save-layer " + layer + " --dump " + dir.file("a.safetensors"));
+  ASSERT_EQ(skewed.code, 0) << skewed.err;
+  EXPECT_NE(skewed.out.find("moekit run: preset qwen3-30b-a3b, seed 3, skew zipf:3\n"), std::string::npos) << skewed.out;
+  // 64 tokens, k = 8 of 128 experts: 4 rows per expert on average, the hot ones in every token.
+  const std::size_t line = skewed.out.find("  routing  E=128 rows=512 busiest=");
+  ASSERT_NE(line, std::string::npos) << skewed.out;
+  const std::string routing = skewed.out.substr(line, skewed.out.find('\n', line) - line);
+  EXPECT_GE(number_after(routing, "busiest="), 60) << routing;
+  EXPECT_GE(number_after(routing, "empty="), 64) << routing;
+
+  // The file holds the generated logits plus the bias, bit for bit.
+  const io::LayerFile file = io::read_layer_file(layer);
+  Tensor expected = core::make_router_logits(64, 128, DType::f32, 3);
+  core::add_router_bias(expected.view(), core::router_skew_bias(core::parse_router_skew("zipf:3"), 128, 3));
+  ASSERT_EQ(file.router_logits.nbytes(), expected.nbytes());
+  EXPECT_EQ(std::memcmp(file.router_logits.view().data, expected.view().data, expected.nbytes()), 0);
+
+  // Same seed, same result; the file runs the same layer; without --skew the routing spreads.
+  const Result again = moekit(problem + " --skew zipf:3 --dump " + dir.file("b.safetensors"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  const Result from_file = moekit("run --inputs " + layer + " --backend cpu --dump " + dir.file("c.safetensors"));
+  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  const Result plain = moekit(problem + " --dump " + dir.file("d.safetensors"));
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("skew"), std::string::npos) << plain.out;
+  const std::size_t plain_line = plain.out.find("  routing  E=128 rows=512 busiest=");
+  ASSERT_NE(plain_line, std::string::npos) << plain.out;
+  EXPECT_LT(number_after(plain.out.substr(plain_line), "busiest="), 32) << plain.out;
+  EXPECT_LT(number_after(plain.out.substr(plain_line), "empty="), 16) << plain.out;
+  const io::SafetensorsReader a(dir.file("a.safetensors")), b(dir.file("b.safetensors")), c(dir.file("c.safetensors")),
+      d(dir.file("d.safetensors"));
+  for (const char* name : {"out", "topk_ids", "topk_weights"}) {
+    const Tensor x = a.read(name), y = b.read(name), z = c.read(name), w = d.read(name);
+    ASSERT_EQ(x.nbytes(), y.nbytes());
+    EXPECT_EQ(std::memcmp(x.view().data, y.view().data, x.nbytes()), 0) << name << ": same seed, other bits";
+    EXPECT_EQ(std::memcmp(x.view().data, z.view().data, x.nbytes()), 0) << name << ": the saved layer differs";
+    EXPECT_NE(std::memcmp(x.view().data, w.view().data, x.nbytes()), 0) << name << ": the skew changed nothing";
+  }
+}
+
+// bench --skew: the same bias on every input set; each case's routing line and the JSON say the load.
+TEST(ToolsCli, BenchSkewShowsTheLoadOfEachCase) {
+  TempDir dir;
+  const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 64 --runs 1 --skew hot:8:12 --json " +
+                          dir.file("b.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // +12 on 8 experts: every token's top 8 are those 8 (the generator's logits lie within +-5.9).
+  EXPECT_NE(r.out.find("    routing: E=128 rows=512 busiest=64 (expert "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("empty=120, skew hot:8:12\n"), std::string::npos) << r.out;
+  const std::string json = slurp(dir.file("b.json"));
+  EXPECT_NE(json.find("\"skew\": \"hot:8:12\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"busiest_rows\": 64, \"empty_experts\": 120"), std::string::npos) << json;
+}
+
+// A refused --skew writes nothing.
+TEST(ToolsCli, BadSkewWritesNothing) {
+  TempDir dir;
+  for (const char* skew : {"zipf:x", "hot:129:1"}) {
+    const Result r = moekit(std::string("run --preset qwen3-30b-a3b --tokens 4 --backend cpu --skew ") + skew +
+                            " --save-layer " + dir.file("l.safetensors") + " --dump " + dir.file("d.safetensors"));
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("--skew: "), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("l.safetensors"))) << skew;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("d.safetensors"))) << skew;
+  }
+}
+
 // A layer with a shared expert, as a file (DeepSeek-V3's routing, small): run --check, explain and
 // bench take it; the bench also times its two parts apart.
 TEST(ToolsCli, SharedExpertLayerFileRunsChecksAndBenches) {
@@ -454,7 +534,31 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"bench_shared_experts_model_has_none", "bench --preset mixtral-8x7b --shared-experts 1",
                               "shared_experts: mixtral-8x7b has 0"},
                       BadCase{"bench_shared_experts_bad", "bench --preset deepseek-v3 --shared-experts -1",
-                              "--shared-experts"}),
+                              "--shared-experts"},
+                      // --skew: the spec's grammar, named; not where nothing is generated or routed.
+                      BadCase{"skew_unknown", "run --preset qwen3-30b-a3b --tokens 1 --skew uniform",
+                              "--skew: expected none, zipf:ALPHA (ALPHA in [0, 100]) or hot:N:B"},
+                      BadCase{"skew_bad_alpha", "run --preset qwen3-30b-a3b --tokens 1 --skew zipf:x",
+                              "--skew: bad ALPHA: expected none, zipf:ALPHA"},
+                      BadCase{"skew_negative_alpha", "run --preset qwen3-30b-a3b --tokens 1 --skew zipf:-1",
+                              "given 'zipf:-1'"},
+                      BadCase{"skew_hot_without_bias", "run --preset qwen3-30b-a3b --tokens 1 --skew hot:8",
+                              "--skew: hot takes N and B"},
+                      BadCase{"skew_hot_more_than_experts", "run --preset qwen3-30b-a3b --tokens 1 --skew hot:129:2",
+                              "--skew: hot:129:... biases more experts than the layer's 128"},
+                      BadCase{"skew_external_routing", "run --preset qwen3-30b-a3b --tokens 1 --routing external --skew zipf:1",
+                              "--skew: biases the router logits the layer routes; with --routing external"},
+                      BadCase{"skew_layer_file", "run --inputs " MOEKIT_TEST_DATA
+                              "/golden/layer_fp8_block_small.safetensors --skew zipf:1",
+                              "--skew: biases generated router logits; a layer file's are its own"},
+                      BadCase{"bench_skew_bad", "bench --preset qwen3-30b-a3b --skew hot:0:1", "--skew: bad N"},
+                      BadCase{"bench_skew_external_routing", "bench --preset qwen3-30b-a3b --routing external --skew zipf:1",
+                              "--skew: biases the router logits the layer routes; with --routing external"},
+                      BadCase{"bench_skew_layer_file", "bench --inputs x.safetensors --skew zipf:1",
+                              "--skew: biases generated router logits"},
+                      BadCase{"explain_skew_without_problem", "explain --skew zipf:1", "--skew: explain a problem"},
+                      BadCase{"explain_skew_hot_more_than_experts", "explain --preset deepseek-v3 --skew hot:257:1",
+                              "expected N in [1, 256]"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 // Issue #19: -h and <command> --help were refused.
