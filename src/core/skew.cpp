@@ -5,20 +5,13 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/synthetic.h"
 #include "moekit/error.h"
 
 namespace moekit::core {
 namespace {
 
 constexpr double kMaxAlpha = 100.0, kMaxBoost = 100.0;
-
-// splitmix64's finalizer (as core/synthetic.cpp's): a counter RNG of (seed, index).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 std::string expected(std::string_view argument, std::string_view text, std::string_view why) {
   return std::string(argument) + ": " + std::string(why) +
@@ -90,8 +83,8 @@ std::vector<std::int64_t> skew_ranks(std::int64_t experts, std::uint64_t seed) {
   // Fisher-Yates over the experts in rank order: order[r] is the expert of rank r.
   std::vector<std::int64_t> order(std::size_t(experts > 0 ? experts : 0));
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = std::int64_t(i);
-  const std::uint64_t key = mix(seed ^ 0x736b6577ull);  // "skew": a stream of its own
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[mix(key ^ i) % i]);
+  const std::uint64_t key = mix64(seed ^ 0x736b6577ull);  // "skew": a stream of its own
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[mix64(key ^ i) % i]);
   std::vector<std::int64_t> rank(order.size());
   for (std::size_t r = 0; r < order.size(); ++r) rank[std::size_t(order[r])] = std::int64_t(r);
   return rank;

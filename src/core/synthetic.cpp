@@ -10,18 +10,18 @@
 #include "moekit/quant.h"
 
 namespace moekit::core {
-namespace {
 
-// splitmix64's finalizer: a good 64-bit mix, so hash(seed, stream, index) is a counter RNG.
-std::uint64_t mix(std::uint64_t x) {
+std::uint64_t mix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
+namespace {
+
 std::uint64_t hash(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
-  return mix(mix(seed ^ (stream * 0xd1342543de82ef95ull)) ^ index);
+  return mix64(mix64(seed ^ (stream * 0xd1342543de82ef95ull)) ^ index);
 }
 
 // Uniform in [0, 1) from 24 bits.
@@ -62,9 +62,9 @@ struct MasterRow {
   }
   template <class T>
   void fill(std::uint64_t seed, T* out) const {
-    const std::uint64_t key = mix(seed ^ (stream * 0xd1342543de82ef95ull));
+    const std::uint64_t key = mix64(seed ^ (stream * 0xd1342543de82ef95ull));
     for (std::int64_t i = 0; i < k; ++i)
-      out[i] = T((2.0 * unit(mix(key ^ (first_index + std::uint64_t(i)))) - 1.0) * half_width);
+      out[i] = T((2.0 * unit(mix64(key ^ (first_index + std::uint64_t(i)))) - 1.0) * half_width);
   }
 };
 

@@ -12,6 +12,10 @@
 
 namespace moekit::core {
 
+// splitmix64's finalizer: a good 64-bit mix, so mix64(key ^ index) is a counter RNG of (key, index)
+// (the generators below; core/skew.cpp's expert ranks).
+std::uint64_t mix64(std::uint64_t x);
+
 struct SyntheticLayer : OwnedWeights {
   MoEConfig config;
   std::uint64_t seed = 0;
