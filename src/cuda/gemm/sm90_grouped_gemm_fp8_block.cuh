@@ -162,7 +162,7 @@ struct TileTable {
   }
 };
 
-// Every thread takes part (two block-wide barriers).
+// Every thread takes part (two block-wide barriers); the total is warp-uniform.
 __device__ __forceinline__ TileTable build_table(const Params& p, int out_cols, int tile_cols, int* table) {
   const int n_tiles = (out_cols + tile_cols - 1) / tile_cols;
   for (int g = int(threadIdx.x); g < p.groups; g += kThreads) {
@@ -186,7 +186,7 @@ __device__ __forceinline__ TileTable build_table(const Params& p, int out_cols, 
     }
   }
   __syncthreads();
-  return {table, p.groups, n_tiles, table[p.groups - 1]};
+  return {table, p.groups, n_tiles, warp_uniform(table[p.groups - 1])};
 }
 
 __device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- scheduler (synchronizes the block)
   const TileTable walk = build_table(p, S::kPaired ? act.inter : p.n, S::kOutCols, table);
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
-  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+  const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   auto advance = [&](int& stage, std::uint32_t& parity) {
     if (++stage == S::kStages) stage = 0, parity ^= 1;
   };
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
-    const Tile t = slots[count % kTileSlots];
+    const Tile t = warp_uniform(slots[count % kTileSlots]);
     if (c * 64 >= t.rows - t.m0) {  // no rows of this warpgroup: hand the stages back as they fill
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(full + 8 * stage, parity);

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
   __syncthreads();
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
-  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+  const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
 
   if (warpgroup == 0) {  // the producer: warp 0
     if (threadIdx.x >= 32) return;

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // empty: every consumer thread arrives after its own reads of a stage
   if (!start_tile<kChannel, kRows>(p, ring, shared_tile, [](const Tile&) { return kConverters; }, t)) return;
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
-  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+  const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
 
   // ---- producer
   if (warpgroup == 0) {

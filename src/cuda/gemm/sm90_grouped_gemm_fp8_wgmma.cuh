@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(Shape<kRows, kSumK>::kThreads, 1)
   if (threadIdx.x == 0) init_ring(ring, false, S::kConsumers * 128);
   __syncthreads();
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
-  const int warpgroup = int(threadIdx.x / 128), lane = int(threadIdx.x % 32);
+  const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
 
   // ---- producer
   if (warpgroup == 0) {

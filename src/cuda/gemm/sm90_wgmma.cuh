@@ -36,6 +36,17 @@ struct Tile {
   int group, row0, m0, n0, rows, padded;  // row0 = offsets[group]; m0, n0 within the group
 };
 
+// A value all lanes of a warp hold alike, broadcast from lane 0 so that ptxas knows it is: what is
+// computed from it (stage indices, barrier addresses, WGMMA descriptors, the branches on it) then
+// stays in uniform registers, without a move to them per use or a reconvergence around each branch.
+// Every lane of the warp calls it.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(~0u, v, 0); }
+__device__ __forceinline__ int warpgroup_index() { return warp_uniform(int(threadIdx.x / 128)); }
+__device__ __forceinline__ Tile warp_uniform(const Tile& t) {
+  return {warp_uniform(t.group), warp_uniform(t.row0), warp_uniform(t.m0),
+          warp_uniform(t.n0),    warp_uniform(t.rows), warp_uniform(t.padded)};
+}
+
 __device__ __forceinline__ int rows_of(const Params& p, int group) {
   return p.counts ? p.counts[group] : p.offsets[group + 1] - p.offsets[group];
 }
@@ -71,6 +82,7 @@ __device__ bool find_tile(const Params& p, int index, Tile& tile) {
       tile.rows = owner_rows;
       tile.m0 = u % m_tiles * kRows;
       tile.n0 = u / m_tiles * kTileN;
+      tile = warp_uniform(tile);
       return true;
     }
     seen += total;
@@ -245,7 +257,7 @@ __device__ __forceinline__ bool start_tile(const Params& p, const Ring& ring, Ti
   }
   __syncthreads();
   if (!found) return false;
-  t = *shared_tile;
+  t = warp_uniform(*shared_tile);
   return true;
 }
 
