@@ -97,6 +97,10 @@ long long computed_rows(long long rows, GemmTile tile) {
       const long long full = rows / 128 * 128, rest = rows - full;
       return full + (rest + 63) / 64 * 64;
     }
+    case GemmTile::tokens192_n128_persistent: {  // N fitted to the rows in steps of 32, at most 192
+      const long long full = rows / 192 * 192, rest = rows - full;
+      return full + (rest + 31) / 32 * 32;
+    }
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:
     case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;

@@ -211,6 +211,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
                      : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
                      : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
+                     : info.param.tile == GemmTile::tokens192_n128_persistent ? "_swapped_"
                                                                    : "_m128_";
   const Padding pad = info.param.padding;
   return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
@@ -321,7 +322,8 @@ std::vector<Case> all_cases() {
     for (GemmKind kind : {GemmKind::fp8_block, GemmKind::fp8_channel})
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
-                            GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent})
+                            GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
+                            GemmTile::tokens192_n128_persistent})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
           for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
@@ -423,9 +425,12 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
-                         ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent),
+                         ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
+                                           GemmTile::tokens192_n128_persistent),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
-                           return info.param == GemmTile::m128_n128_persistent ? std::string("n128") : std::string("n192");
+                           return info.param == GemmTile::m128_n128_persistent   ? std::string("n128")
+                                  : info.param == GemmTile::m128_n192_persistent ? std::string("n192")
+                                                                                 : std::string("swapped");
                          });
 
 // GEMM1 + activation + requantization in one kernel (m128_n256_persistent_act) against the same

@@ -56,6 +56,7 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
+    case GemmTile::tokens192_n128_persistent: return "<=192 rows x 128 persistent wgmma (W as A), f32 every 128 K";
   }
   return "?";
 }

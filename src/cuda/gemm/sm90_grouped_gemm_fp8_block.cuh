@@ -139,9 +139,9 @@ struct TileTable {
   const int* ends;
   int groups, n_tiles, total;
 
-  // Tile `index` (< total) of the walk, kCols output columns wide. Producer warp only: it reads the
-  // group's rows.
-  template <int kCols>
+  // Tile `index` (< total) of the walk, kTileRows rows by kCols output columns. Producer thread only:
+  // it reads the group's rows.
+  template <int kTileRows, int kCols>
   __device__ Tile find(const Params& p, int index) const {
     int lo = 0, hi = groups - 1;  // the first group whose running sum passes index
     while (lo < hi) {
@@ -156,18 +156,19 @@ struct TileTable {
     t.row0 = __ldg(p.offsets + lo);
     t.padded = __ldg(p.offsets + lo + 1) - t.row0;
     t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
-    t.m0 = u % m_tiles * kRows;
+    t.m0 = u % m_tiles * kTileRows;
     t.n0 = u / m_tiles * kCols;
     return t;
   }
 };
 
-// Every thread takes part (two block-wide barriers); the total is warp-uniform.
-__device__ __forceinline__ TileTable build_table(const Params& p, int out_cols, int tile_cols, int* table) {
+// Tiles of tile_rows rows by tile_cols of out_cols columns. Every thread takes part (two block-wide
+// barriers); the total is warp-uniform.
+__device__ __forceinline__ TileTable build_table(const Params& p, int tile_rows, int out_cols, int tile_cols, int* table) {
   const int n_tiles = (out_cols + tile_cols - 1) / tile_cols;
   for (int g = int(threadIdx.x); g < p.groups; g += kThreads) {
     const int rows = p.counts ? __ldg(p.counts + g) : __ldg(p.offsets + g + 1) - __ldg(p.offsets + g);
-    table[g] = (rows + kRows - 1) / kRows * n_tiles;
+    table[g] = (rows + tile_rows - 1) / tile_rows * n_tiles;
   }
   __syncthreads();
   if (threadIdx.x < 32) {  // running sum, 32 groups at a time
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
   // ---- scheduler (synchronizes the block)
-  const TileTable walk = build_table(p, S::kPaired ? act.inter : p.n, S::kOutCols, table);
+  const TileTable walk = build_table(p, kRows, S::kPaired ? act.inter : p.n, S::kOutCols, table);
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   auto advance = [&](int& stage, std::uint32_t& parity) {
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
     for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
-      const Tile t = walk.find<S::kOutCols>(p, index);
+      const Tile t = walk.find<kRows, S::kOutCols>(p, index);
       slots[count % kTileSlots] = t;
       // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
       // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows

@@ -39,27 +39,6 @@ struct Shape {
   static_assert(kSmemBytes * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
 };
 
-// part = a (64 W rows x 32, K-major shared) x b (kN rows x 32, K-major shared) (+ part: accumulate).
-template <int kN>
-__device__ __forceinline__ void wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
-#define MOEKIT_FP8_DECODE(N, REGS, AB, SCALE_D) \
-  "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
-  if constexpr (kN == 8)
-    asm volatile(MOEKIT_FP8_DECODE("8", "%0, %1, %2, %3", "%4, %5", "6")
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else if constexpr (kN == 16)
-    asm volatile(MOEKIT_FP8_DECODE("16", "%0, %1, %2, %3, %4, %5, %6, %7", "%8, %9", "10")
-                 : MOEKIT_WGMMA_D8("+f", 0)
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile(MOEKIT_FP8_DECODE("32", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15",
-                                   "%16, %17", "18")
-                 : MOEKIT_WGMMA_D8("+f", 0), MOEKIT_WGMMA_D8("+f", 8)
-                 : "l"(a), "l"(b), "r"(accumulate));
-#undef MOEKIT_FP8_DECODE
-}
-
 template <int kN>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
@@ -103,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       pin(part);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int j = 0; j < kTileK / 32; ++j) wgmma_k32<kN>(part, desc_w0 + step + 2 * j, desc_a0 + step + 2 * j, j > 0);
+      for (int j = 0; j < kTileK / 32; ++j) fp8_wgmma_k32<kN>(part, desc_w0 + step + 2 * j, desc_a0 + step + 2 * j, j > 0);
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       const float w_scale = ring.scale_w[s];
       const float* a_scale = ring.scale_a + s * kN + 2 * (lane % 4);

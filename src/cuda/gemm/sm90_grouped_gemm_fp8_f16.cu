@@ -144,9 +144,9 @@ __device__ __forceinline__ void wgmma_f16_k16(float (&d)[kN / 2], const std::uin
   else if constexpr (kN == 128)
     asm volatile(MOEKIT_F16_K16("128", MOEKIT_WGMMA_R64, "{%64, %65, %66, %67}, %68", "69") : MOEKIT_WGMMA_D64("=f") : MOEKIT_F16_IN);
   else if constexpr (kAdd)
-    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("+f") : MOEKIT_F16_IN);
+    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("+f", 0) : MOEKIT_F16_IN);
   else
-    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("=f") : MOEKIT_F16_IN);
+    asm volatile(MOEKIT_F16_K16("64", MOEKIT_WGMMA_R32, "{%32, %33, %34, %35}, %36", "37") : MOEKIT_WGMMA_D32("=f", 0) : MOEKIT_F16_IN);
 #undef MOEKIT_F16_IN
 #undef MOEKIT_F16_K16
 }

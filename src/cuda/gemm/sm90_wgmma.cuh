@@ -136,34 +136,45 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) 
 // The accumulator operands of a WGMMA: C is the constraint ("+f" in and out, "=f" out only); the
 // register lists for its instruction text.
 #define MOEKIT_WGMMA_D8(C, I) C(d[I]), C(d[I + 1]), C(d[I + 2]), C(d[I + 3]), C(d[I + 4]), C(d[I + 5]), C(d[I + 6]), C(d[I + 7])
-#define MOEKIT_WGMMA_D32(C) MOEKIT_WGMMA_D8(C, 0), MOEKIT_WGMMA_D8(C, 8), MOEKIT_WGMMA_D8(C, 16), MOEKIT_WGMMA_D8(C, 24)
-#define MOEKIT_WGMMA_D64(C) \
-  MOEKIT_WGMMA_D32(C), MOEKIT_WGMMA_D8(C, 32), MOEKIT_WGMMA_D8(C, 40), MOEKIT_WGMMA_D8(C, 48), MOEKIT_WGMMA_D8(C, 56)
-#define MOEKIT_WGMMA_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define MOEKIT_WGMMA_R64 MOEKIT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define MOEKIT_WGMMA_D96(C) \
-  MOEKIT_WGMMA_D64(C), MOEKIT_WGMMA_D8(C, 64), MOEKIT_WGMMA_D8(C, 72), MOEKIT_WGMMA_D8(C, 80), MOEKIT_WGMMA_D8(C, 88)
-#define MOEKIT_WGMMA_R96 MOEKIT_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MOEKIT_WGMMA_D16(C, I) MOEKIT_WGMMA_D8(C, I), MOEKIT_WGMMA_D8(C, I + 8)
+#define MOEKIT_WGMMA_D32(C, I) MOEKIT_WGMMA_D16(C, I), MOEKIT_WGMMA_D16(C, I + 16)
+#define MOEKIT_WGMMA_D48(C) MOEKIT_WGMMA_D32(C, 0), MOEKIT_WGMMA_D16(C, 32)
+#define MOEKIT_WGMMA_D64(C) MOEKIT_WGMMA_D32(C, 0), MOEKIT_WGMMA_D32(C, 32)
+#define MOEKIT_WGMMA_D80(C) MOEKIT_WGMMA_D64(C), MOEKIT_WGMMA_D16(C, 64)
+#define MOEKIT_WGMMA_D96(C) MOEKIT_WGMMA_D64(C), MOEKIT_WGMMA_D32(C, 64)
+#define MOEKIT_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define MOEKIT_WGMMA_R16 MOEKIT_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MOEKIT_WGMMA_R32 MOEKIT_WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MOEKIT_WGMMA_R48 MOEKIT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define MOEKIT_WGMMA_R64 MOEKIT_WGMMA_R48 ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MOEKIT_WGMMA_R80 MOEKIT_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define MOEKIT_WGMMA_R96 MOEKIT_WGMMA_R80 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 
 // d (+)= a (64 x 32, K-major shared) x b (32 x kN, K-major shared), FP8 e4m3, f32 accumulators (kN / 2
 // registers); accumulate = 0: from zero.
 template <int kN>
 __device__ __forceinline__ void fp8_wgmma_k32(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b, int accumulate) {
-  static_assert(kN == 64 || kN == 128 || kN == 192, "WGMMA N of 64, 128 or 192");
+  static_assert(kN == 8 || kN == 16 || (kN % 32 == 0 && kN >= 32 && kN <= 192), "WGMMA N of 8, 16, or 32 to 192 in steps of 32");
 #define MOEKIT_FP8_K32(N, REGS, AB, SCALE_D) \
   "{\n.reg .pred d;\nsetp.ne.b32 d, %" SCALE_D ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k32.f32.e4m3.e4m3 {" REGS "}, " AB ", d, 1, 1;\n}\n"
-  if constexpr (kN == 192)
-    asm volatile(MOEKIT_FP8_K32("192", MOEKIT_WGMMA_R96, "%96, %97", "98")
-                 : MOEKIT_WGMMA_D96("+f")
+  if constexpr (kN == 8)
+    asm volatile(MOEKIT_FP8_K32("8", "%0, %1, %2, %3", "%4, %5", "6")
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 16)
+    asm volatile(MOEKIT_FP8_K32("16", MOEKIT_WGMMA_R8, "%8, %9", "10") : MOEKIT_WGMMA_D8("+f", 0) : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 32)
+    asm volatile(MOEKIT_FP8_K32("32", MOEKIT_WGMMA_R16, "%16, %17", "18") : MOEKIT_WGMMA_D16("+f", 0) : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 64)
+    asm volatile(MOEKIT_FP8_K32("64", MOEKIT_WGMMA_R32, "%32, %33", "34") : MOEKIT_WGMMA_D32("+f", 0) : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 96)
+    asm volatile(MOEKIT_FP8_K32("96", MOEKIT_WGMMA_R48, "%48, %49", "50") : MOEKIT_WGMMA_D48("+f") : "l"(a), "l"(b), "r"(accumulate));
   else if constexpr (kN == 128)
-    asm volatile(MOEKIT_FP8_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66")
-                 : MOEKIT_WGMMA_D64("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
+    asm volatile(MOEKIT_FP8_K32("128", MOEKIT_WGMMA_R64, "%64, %65", "66") : MOEKIT_WGMMA_D64("+f") : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (kN == 160)
+    asm volatile(MOEKIT_FP8_K32("160", MOEKIT_WGMMA_R80, "%80, %81", "82") : MOEKIT_WGMMA_D80("+f") : "l"(a), "l"(b), "r"(accumulate));
   else
-    asm volatile(MOEKIT_FP8_K32("64", MOEKIT_WGMMA_R32, "%32, %33", "34")
-                 : MOEKIT_WGMMA_D32("+f")
-                 : "l"(a), "l"(b), "r"(accumulate));
+    asm volatile(MOEKIT_FP8_K32("192", MOEKIT_WGMMA_R96, "%96, %97", "98") : MOEKIT_WGMMA_D96("+f") : "l"(a), "l"(b), "r"(accumulate));
 #undef MOEKIT_FP8_K32
 }
 

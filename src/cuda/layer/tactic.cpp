@@ -40,6 +40,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
         tiles.push_back(GemmTile::m128_n128_persistent);
         tiles.push_back(GemmTile::m128_n192_persistent);
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
+        if (!batch_invariant) tiles.push_back(GemmTile::tokens192_n128_persistent);  // N fitted to the rows
       }
       break;
     case GemmSums::k32:
@@ -63,7 +64,8 @@ double min_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent:
     case GemmTile::m128_n192_persistent:
-    case GemmTile::m128_n256_persistent_act: return 16;
+    case GemmTile::m128_n256_persistent_act:
+    case GemmTile::tokens192_n128_persistent: return 16;
     default: return 0;
   }
 }
@@ -121,6 +123,7 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n128_persistent: return "m128_n128_persistent";
     case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
     case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
+    case GemmTile::tokens192_n128_persistent: return "tokens192_n128_persistent";
   }
   return "";
 }
