@@ -33,12 +33,14 @@ constexpr int kTokenStep = 32;    // a tile's N is a multiple: the A tile's TMA 
 constexpr int kWBytes = kWRows * kTileK;
 constexpr int kStageBytes = kWBytes + kMaxTokens * kTileK;  // whole 1024-byte swizzle atoms
 constexpr int kStages = 5;
-constexpr int kAScaleBox = kMaxTokens + 4, kAScaleSlot = 200, kWScaleBox = 8, kWScaleSlot = 8;
+// Scale boxes (TMA boxes start 16 bytes aligned: 4 floats early at most) into 128-byte aligned slots
+// (a bulk tensor copy's shared destination): a tile's rows' A scales, and the W tile's scale.
+constexpr int kAScaleBox = kMaxTokens + 4, kAScaleSlot = 224, kWScaleBox = 8, kWScaleSlot = 32;
 constexpr int kStagingBytes = kTokenStep * 32;  // a warp's 32 rows x 16 channels of bf16
 constexpr int kProducerRegisters = 40;
 constexpr int kMathRegisters = 232;
-// Shared memory after the 1024-byte alignment: the stages, their A scales [stages][200] and W
-// scales [stages][8], the math warps' staging, the full and empty barriers, the tile slots, the
+// Shared memory after the 1024-byte alignment: the stages, their A scales [stages][224] and W
+// scales [stages][32], the math warps' staging, the full and empty barriers, the tile slots, the
 // tile table.
 constexpr int kScalesOffset = kStages * kStageBytes;
 constexpr int kWScalesOffset = kScalesOffset + kStages * kAScaleSlot * 4;
@@ -48,6 +50,8 @@ constexpr int kSlotsOffset = kBarriersOffset + 2 * kStages * 8;
 constexpr int kTableOffset = kSlotsOffset + kTileSlots * int(sizeof(Tile));
 constexpr int kSmemBytes = 1024 + kTableOffset + kMaxGroups * 4;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
+static_assert(kScalesOffset % 128 == 0 && kAScaleSlot * 4 % 128 == 0 && kWScaleSlot * 4 % 128 == 0,
+              "scale slots 128-byte aligned");
 static_assert(kTileSlots > kStages, "a tile slot is rewritten only after its first stage came back");
 
 // The tile's N: its rows, at most kMaxTokens, up to a multiple of kTokenStep.
@@ -102,8 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
   const std::uint32_t tiles = smem_address(smem);
-  const float* scale_a = reinterpret_cast<const float*>(smem + kScalesOffset);   // [stages][200]
-  const float* scale_w = reinterpret_cast<const float*>(smem + kWScalesOffset);  // [stages][8]
+  const float* scale_a = reinterpret_cast<const float*>(smem + kScalesOffset);   // [stages][224]
+  const float* scale_w = reinterpret_cast<const float*>(smem + kWScalesOffset);  // [stages][32]
   const std::uint32_t full = smem_address(smem + kBarriersOffset), empty = full + 8 * kStages;
   Tile* slots = reinterpret_cast<Tile*>(smem + kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + kTableOffset);
