@@ -195,6 +195,18 @@ void run_case(const Case& c) {
   const double flops = 2.0 * double(data) * double(c.n) * double(c.k);
   const double weight_bytes = double(c.groups * c.n * c.k) * elem;
   const double bytes = double(data * c.k) * elem + weight_bytes + double(data * c.n) * 2;
+  // Every tile that runs this case, set up first; then rounds in which each takes its turn, so that
+  // the GPU's clock and temperature drift over the case weigh on all of them alike.
+  struct Run {
+    GemmTile tile;
+    moekit::cuda::GroupedGemmDesc desc;
+    void* workspace = nullptr;
+    void* act_q = nullptr;
+    void* act_scales = nullptr;
+    moekit::cuda::GroupedGemmArgs args;
+    std::vector<float> times;
+  };
+  std::vector<Run> runs;
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
     const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
                         tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma;
@@ -202,50 +214,53 @@ void run_case(const Case& c) {
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
     if (!selected(tile)) continue;
-    moekit::cuda::GroupedGemmDesc desc{c.kind, c.groups, c.n, c.k, rows, data};
+    Run r;
+    r.tile = tile;
+    r.desc = {c.kind, c.groups, c.n, c.k, rows, data};
     // GEMM1 + activation: N = 2I in, the activated FP8 rows [rows, I] and their scales out.
     const bool activated = tile == GemmTile::m128_n256_persistent_act;
-    if (activated) desc.output = moekit::cuda::GemmOutput::activated_fp8;
-    const moekit::cuda::GroupedGemmConfig config{tile};
-    const moekit::Status ok = moekit::cuda::can_implement(desc, config);
+    if (activated) r.desc.output = moekit::cuda::GemmOutput::activated_fp8;
+    const moekit::Status ok = moekit::cuda::can_implement(r.desc, {tile});
     if (!ok) {
       std::printf("%-12s %-22s skipped: %s\n", std::string(moekit::cuda::to_string(c.kind)).c_str(),
                   std::string(moekit::cuda::to_string(tile)).c_str(), ok.reason().c_str());
       continue;
     }
-    void* workspace;
-    CHECK(cudaMalloc(&workspace, moekit::cuda::workspace_size(desc, config)));
-    moekit::cuda::GroupedGemmArgs args;
-    args.a = a;
-    args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
-    args.offsets = static_cast<const std::int32_t*>(offsets);
-    args.w = w;
-    args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
-    args.d = static_cast<moekit::bf16*>(d);
-    args.counts = static_cast<const std::int32_t*>(counts);
-    void *act_q = nullptr, *act_scales = nullptr;
+    CHECK(cudaMalloc(&r.workspace, moekit::cuda::workspace_size(r.desc, {tile})));
+    r.args.a = a;
+    r.args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
+    r.args.offsets = static_cast<const std::int32_t*>(offsets);
+    r.args.w = w;
+    r.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
+    r.args.d = static_cast<moekit::bf16*>(d);
+    r.args.counts = static_cast<const std::int32_t*>(counts);
     if (activated) {
-      CHECK(cudaMalloc(&act_q, rows * (c.n / 2)));
-      CHECK(cudaMalloc(&act_scales, rows * (c.n / 256) * sizeof(float)));
-      args.activated = {act_q, static_cast<float*>(act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
+      CHECK(cudaMalloc(&r.act_q, rows * (c.n / 2)));
+      CHECK(cudaMalloc(&r.act_scales, rows * (c.n / 256) * sizeof(float)));
+      r.args.activated = {r.act_q, static_cast<float*>(r.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
     }
-    for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    std::vector<float> times;
-    for (int i = 0; i < 20; ++i) {
-      CHECK(cudaEventRecord(start));
-      moekit::cuda::run_grouped_gemm(desc, config, args, workspace, nullptr);
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, start, stop));
-      times.push_back(ms);
-    }
-    const double ms = median(times);
+    for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
+    runs.push_back(std::move(r));
+  }
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  for (int round = 0; round < 4; ++round)
+    for (Run& r : runs)
+      for (int i = 0; i < 6; ++i) {
+        CHECK(cudaEventRecord(start));
+        moekit::cuda::run_grouped_gemm(r.desc, {r.tile}, r.args, r.workspace, nullptr);
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        r.times.push_back(ms);
+      }
+  for (Run& r : runs) {
+    const GemmTile tile = r.tile;
+    const double ms = median(r.times);
     long long computed = 0;
-    for (long long r : group_rows) computed += computed_rows(r, tile);
+    for (long long rr : group_rows) computed += computed_rows(rr, tile);
     const std::string shape = !c.label.empty() ? c.label
                               : c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
                               : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)
@@ -254,12 +269,12 @@ void run_case(const Case& c) {
                 std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
                 c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6, weight_bytes / ms / 1e6,
                 computed > 0 ? 100.0 * double(computed - data) / double(computed) : 0.0);
-    cudaFree(workspace);
-    cudaFree(act_q);
-    cudaFree(act_scales);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    cudaFree(r.workspace);
+    cudaFree(r.act_q);
+    cudaFree(r.act_scales);
   }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
   for (void* p : {a, w, d, a_s, w_s, offsets, counts}) cudaFree(p);
 }
 
