@@ -6,7 +6,8 @@
 # .peers/vllm) on the same layer file beside `moekit bench --inputs`. A short table last.
 #   MOEKIT_PREFILL_STEPS="sanitize gemm tune check peers"
 #   MOEKIT_PREFILL_PRESET=deepseek-v3   MOEKIT_PREFILL_TOKENS=512,1024,2048,4096,8192,16384
-#   MOEKIT_CHECK_TOKENS=4096            the check's and the layer file's T
+#   MOEKIT_CHECK_TOKENS=512,4096        the checks' T (each saves its layer file and dump in /tmp)
+#   MOEKIT_PEER_LAYER_T=4096            the layer file the peers step benches (made when absent)
 #   MOEKIT_CHECK_CACHE=FILE             the tuning cache the check and the peers step's bench take
 #   MOEKIT_BENCH_TILES=...              the grouped GEMM bench's tiles (its own filter)
 #   carry: .cutlass .gtest (no registry there), .peers/vllm for the peers step
@@ -17,7 +18,7 @@ mkdir -p "$out"
 steps="${MOEKIT_PREFILL_STEPS:-sanitize gemm tune}"
 preset="${MOEKIT_PREFILL_PRESET:-deepseek-v3}"
 tokens="${MOEKIT_PREFILL_TOKENS:-512,1024,2048,4096,8192,16384}"
-check_t="${MOEKIT_CHECK_TOKENS:-4096}"
+check_t="${MOEKIT_CHECK_TOKENS:-512,4096}"
 export PATH="/usr/local/cuda/bin:$PATH"
 export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
@@ -37,20 +38,39 @@ cli="$build/moekit"
 status=0
 summary=()
 
+# The checks (their CPU reference takes minutes at T=4096) run beside the sanitizers, which time nothing.
+check_pid=""
+if [[ " $steps " == *" check "* ]]; then
+  [ -f "${MOEKIT_CHECK_CACHE:-}" ] && export MOEKIT_TUNING_CACHE="$MOEKIT_CHECK_CACHE"
+  (for t in ${check_t//,/ }; do
+     echo "== moekit run --preset $preset --tokens $t --backend cuda --check"
+     timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$t" --backend cuda --check \
+       --save-layer "/tmp/layer_$t.safetensors" --dump "/tmp/dump_$t.safetensors" || echo "check T=$t: rc $?"
+   done >"$out/check.log" 2>&1) &
+  check_pid=$!
+fi
+
 if [[ " $steps " == *" sanitize "* ]]; then
   # Each tool over the grouped GEMM tests of moekit's own kernels, reduced shapes, all at once.
   filter="${MOEKIT_SANITIZE_FILTER:-*swapped*:*persistent*:*Persistent*:*Activated*}"
+  pids=()
   for tool in memcheck racecheck synccheck; do
     (MOEKIT_CUDA_TEST_SMALL=1 timeout "${MOEKIT_SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" \
        --report-api-errors no --error-exitcode 3 "$build/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" \
        >"$out/$tool.log" 2>&1; echo $? >"/tmp/$tool.rc") &
+    pids+=($!)
   done
-  wait
+  wait "${pids[@]}"
   for tool in memcheck racecheck synccheck; do
     rc=$(cat "/tmp/$tool.rc")
     [ "$rc" = 0 ] || status=1
     summary+=("$tool: rc $rc, $(grep -cE '^\[       OK' "$out/$tool.log") tests OK, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -n 1)")
   done
+fi
+
+if [ -n "$check_pid" ]; then
+  wait "$check_pid"
+  while read -r line; do summary+=("check: $line"); done < <(grep -E "PASS|FAIL|rc [0-9]" "$out/check.log")
 fi
 
 if [[ " $steps " == *" gemm "* ]]; then
@@ -65,32 +85,25 @@ if [[ " $steps " == *" tune "* ]]; then
   echo "== moekit tune --preset $preset --tokens $tokens"
   timeout "${MOEKIT_TUNE_TIMEOUT:-200}" "$cli" tune --preset "$preset" --tokens "$tokens" --out "$out/tuned.json" \
     >"$out/tune.log" 2>"$out/tune.err" || status=1
-  grep -E "->|changed|winner" "$out/tune.log" | head -n 20
+  grep -E "changed|measurements" "$out/tune.log" | head -n 20
   echo "== moekit bench: shipped cache, fresh cache"
   timeout "${MOEKIT_LAYER_TIMEOUT:-150}" "$cli" bench --preset "$preset" --tokens "$tokens" \
     --tuning-cache "$root/data/tuning/h200.json,$out/tuned.json" --json "$out/layer.json" >"$out/layer.log" 2>&1 || status=1
   tail -n 20 "$out/layer.log"
 fi
 
-if [[ " $steps " == *" check "* ]]; then
-  echo "== moekit run --preset $preset --tokens $check_t --backend cuda --check"
-  [ -f "${MOEKIT_CHECK_CACHE:-}" ] && export MOEKIT_TUNING_CACHE="$MOEKIT_CHECK_CACHE"
-  timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$check_t" --backend cuda --check \
-    --save-layer /tmp/layer.safetensors --dump /tmp/dump.safetensors >"$out/check.log" 2>&1 || status=1
-  summary+=("check: $(grep -E 'PASS|FAIL' "$out/check.log" | tail -n 1)")
-fi
-
 if [[ " $steps " == *" peers "* ]]; then
   echo "== moekit bench --inputs (the preset's layer file) and vLLM's GEMMs on it"
-  [ -f /tmp/layer.safetensors ] || "$cli" run --preset "$preset" --tokens "$check_t" --backend cuda \
-    --save-layer /tmp/layer.safetensors --dump /tmp/dump.safetensors >/dev/null 2>&1
+  t="${MOEKIT_PEER_LAYER_T:-4096}"
+  [ -f "/tmp/layer_$t.safetensors" ] || "$cli" run --preset "$preset" --tokens "$t" --backend cuda \
+    --save-layer "/tmp/layer_$t.safetensors" --dump "/tmp/dump_$t.safetensors" >/dev/null 2>&1
   cache=()
   [ -f "${MOEKIT_CHECK_CACHE:-}" ] && cache=(--tuning-cache "$MOEKIT_CHECK_CACHE")
-  timeout 150 "$cli" bench --inputs /tmp/layer.safetensors --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" "${cache[@]}" \
+  timeout 150 "$cli" bench --inputs "/tmp/layer_$t.safetensors" --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" "${cache[@]}" \
     --json "$out/inputs.json" >"$out/inputs.log" 2>&1 || status=1
   tail -n 8 "$out/inputs.log"
-  (cd "$root/.peers/vllm" && timeout "${MOEKIT_PEER_TIMEOUT:-200}" python3 bench_vllm.py --layer /tmp/layer.safetensors \
-     --dump /tmp/dump.safetensors --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" --no-ref --out "$out/vllm.json" \
+  (cd "$root/.peers/vllm" && timeout "${MOEKIT_PEER_TIMEOUT:-200}" python3 bench_vllm.py --layer "/tmp/layer_$t.safetensors" \
+     --dump "/tmp/dump_$t.safetensors" --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" --no-ref --out "$out/vllm.json" \
      >"$out/vllm.log" 2>&1) || status=1
   tail -n 8 "$out/vllm.log"
 fi
