@@ -83,34 +83,6 @@ std::vector<long long> routed_rows(const Case& c) {
   return rows;
 }
 
-// Rows a tile of `tile_rows` computes for a group of `rows` (0 for the kernels without row tiles).
-long long computed_rows(long long rows, GemmTile tile) {
-  switch (tile) {
-    case GemmTile::m192_n128_wgmma:
-    case GemmTile::m192_n128_wgmma_k128: {
-      const long long full = rows / 192 * 192, rest = rows - full;
-      return full + (rest + 63) / 64 * 64;
-    }
-    case GemmTile::m128_n128_persistent:
-    case GemmTile::m128_n192_persistent:
-    case GemmTile::m128_n256_persistent_act: {  // a warpgroup of 64 rows skips a short last tile
-      const long long full = rows / 128 * 128, rest = rows - full;
-      return full + (rest + 63) / 64 * 64;
-    }
-    case GemmTile::tokens192_n128_persistent: {  // N fitted to the rows in steps of 32, at most 192
-      const long long full = rows / 192 * 192, rest = rows - full;
-      return full + (rest + 31) / 32 * 32;
-    }
-    case GemmTile::m64_n128_pingpong:
-    case GemmTile::m64_n128_wgmma:
-    case GemmTile::m64_n128_f16: return (rows + 63) / 64 * 64;
-    case GemmTile::rows8_warp_mma:
-    case GemmTile::tokens8_n128_wgmma: return (rows + 7) / 8 * 8;
-    case GemmTile::tokens16_n128_wgmma: return (rows + 15) / 16 * 16;
-    case GemmTile::tokens32_n128_wgmma: return (rows + 31) / 32 * 32;
-    default: return (rows + 127) / 128 * 128;
-  }
-}
 
 // MOEKIT_BENCH_TILES: a comma-separated list of parts of tile names; unset: every tile.
 bool selected(GemmTile tile) {
@@ -260,7 +232,7 @@ void run_case(const Case& c) {
     const GemmTile tile = r.tile;
     const double ms = median(r.times);
     long long computed = 0;
-    for (long long rr : group_rows) computed += computed_rows(rr, tile);
+    for (long long rr : group_rows) computed += moekit::cuda::computed_rows(tile, rr);
     const std::string shape = !c.label.empty() ? c.label
                               : c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
                               : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)

@@ -3,6 +3,7 @@
 #include <system_error>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "commands.h"
 #include "moekit/moekit.h"
@@ -63,6 +64,24 @@ io::TuningDevice tuning_device(const Args& args) {
 // The tactic of the cuda Experts step at T and in each token bucket up to 16384 (and T's): tuned,
 // with the file and time, or the heuristic's, with its reasons; and which cache entries were
 // ignored, and why.
+// The rows each GEMM of a staged tactic computes at T when the step's T k rows spread evenly over its
+// experts (q or q + 1 each): the rows that carry data and the padding the tiles add (the layout pads
+// each expert to 16 rows; a tile computes whole row tiles of its own).
+void print_computed_rows(const MoEConfig& config, std::int64_t tokens, const cuda::Tactic& tactic) {
+  if (tactic.path != cuda::TacticPath::staged || tokens == 0) return;
+  const std::int64_t rows = tokens * config.top_k(), experts = config.local_experts();
+  const std::int64_t q = rows / experts, more = rows % experts;
+  std::printf("  rows computed at T=%lld under even routing (%lld rows over %lld experts):", static_cast<long long>(tokens),
+              static_cast<long long>(rows), static_cast<long long>(experts));
+  for (const auto& [name, tile] : {std::pair{"GEMM1", tactic.gemm1.tile}, std::pair{"GEMM2", tactic.gemm2.tile}}) {
+    const std::int64_t computed =
+        more * cuda::computed_rows(tile, q + 1) + (experts - more) * cuda::computed_rows(tile, q);
+    std::printf(" %s %lld (%lld padding, %.1f%%)", name, static_cast<long long>(computed),
+                static_cast<long long>(computed - rows), computed > 0 ? 100.0 * double(computed - rows) / double(computed) : 0.0);
+  }
+  std::printf("\n");
+}
+
 void print_tactics(const cuda::TacticChooser& chooser, const MoEConfig& config, std::int64_t tokens) {
   for (const std::string& line : chooser.table().report()) std::printf("%s\n", line.c_str());
   std::vector<std::int64_t> buckets;
@@ -158,8 +177,9 @@ int cmd_explain(int argc, char** argv) {
   const cuda::TacticChooser chooser(config, source, here);
   print_tactics(chooser, config, tokens);
   const cuda::TacticChoice at = chooser.choose({config, tokens, 0, false});
-  std::printf("cuda experts tactic at T=%lld: %s\nthe heuristic at T=%lld:\n", static_cast<long long>(tokens),
-              at.tactic.to_string().c_str(), static_cast<long long>(tokens));
+  std::printf("cuda experts tactic at T=%lld: %s\n", static_cast<long long>(tokens), at.tactic.to_string().c_str());
+  print_computed_rows(config, tokens, at.tactic);
+  std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;
   fused.tokens = tokens;

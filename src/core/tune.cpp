@@ -22,7 +22,8 @@ io::TuningEntry entry_of(const TunePlan& plan, std::int64_t tokens, std::vector<
   e.step = "experts";
   e.tokens = tokens;
   e.winner = times.front();
-  e.runners_up.assign(times.begin() + 1, times.end());
+  // The fastest runners-up, as many as a cache may hold (the reader refuses more).
+  e.runners_up.assign(times.begin() + 1, times.begin() + std::ptrdiff_t(std::min(times.size(), io::kTuningMaxRunnersUp + 1)));
   e.measured = plan.measured;
   return e;
 }

@@ -272,6 +272,29 @@ TEST(CoreTune, TheFastestWinsAndTheOthersFollowFastestFirst) {
   EXPECT_EQ(t.find(2), nullptr);
 }
 
+// More candidates than a cache entry holds runners-up (the swapped tiles took deepseek-v3 T=512 past
+// 64): the entry keeps the fastest, and the cache reads it back.
+TEST(CoreTune, AnEntryKeepsAtMostTheRunnersUpACacheHolds) {
+  FakeTimer timer;
+  TunePlan p = plan(false);
+  p.cases = {p.cases[0]};
+  p.cases[0].tactics = {"h"};
+  timer.us = {{{1, "h"}, 1000}};
+  for (int i = 0; i < 80; ++i) {
+    p.cases[0].tactics.push_back("t" + std::to_string(i));
+    timer.us[{1, "t" + std::to_string(i)}] = 100.0 + i;
+  }
+  const auto entries = tune(p, timer, nullptr);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].winner.tactic, "t0");
+  ASSERT_EQ(entries[0].runners_up.size(), io::kTuningMaxRunnersUp);
+  EXPECT_EQ(entries[0].runners_up.front().tactic, "t1");
+  EXPECT_EQ(entries[0].runners_up.back().tactic, "t64");
+  const TunedTable t(given(entries), kHere, problem(), "experts");
+  ASSERT_NE(t.find(1), nullptr) << t.report()[0];
+  EXPECT_EQ(t.find(1)->winner.tactic, "t0");
+}
+
 TEST(CoreTune, BatchInvariantTimesTheCommonTacticsEverywhereAndKeepsOne) {
   FakeTimer timer;
   // a: 2x slower at T=1, 4x faster at T=2 and T=4; the geometric mean prefers it.

@@ -210,6 +210,25 @@ TEST(ToolsCli, BatchInvariantRefusesFp8TensorAndIsShown) {
 #ifdef MOEKIT_HAVE_CUDA
   EXPECT_NE(explained.out.find("batch-invariant: the same tile at every batch size"), std::string::npos) << explained.out;
 #endif
+}
+
+// Issue #29: explain says how many rows the staged GEMMs compute at T, padding included. Without the
+// tuning cache: the heuristic's tiles at deepseek-v3 T=4096 (32768 rows over 256 experts, 128 each):
+// CUTLASS's 128-row tiles for GEMM1 (no padding), the persistent 128-row tiles for GEMM2; at T=4000
+// (125 each) both pad each expert to 128.
+TEST(ToolsCli, ExplainSaysTheRowsEachGemmComputes) {
+  const Result r = moekit("explain --preset deepseek-v3 --tokens 4096 --tuning-cache off");
+  EXPECT_EQ(r.code, 0) << r.err;
+#ifdef MOEKIT_HAVE_CUDA
+  EXPECT_NE(r.out.find("rows computed at T=4096 under even routing (32768 rows over 256 experts): GEMM1 32768 (0 padding, "
+                       "0.0%) GEMM2 32768 (0 padding, 0.0%)"),
+            std::string::npos)
+      << r.out;
+  const Result ragged = moekit("explain --preset deepseek-v3 --tokens 4000 --tuning-cache off");
+  EXPECT_NE(ragged.out.find("(32000 rows over 256 experts): GEMM1 32768 (768 padding, 2.3%) GEMM2 32768 (768 padding, 2.3%)"),
+            std::string::npos)
+      << ragged.out;
+#endif
   const Result cpu = moekit("run --backend cpu --preset qwen3-30b-a3b --tokens 2 --batch-invariant --check");
   EXPECT_EQ(cpu.code, 0) << cpu.err;
   EXPECT_NE(cpu.out.find("check: PASS"), std::string::npos) << cpu.out;

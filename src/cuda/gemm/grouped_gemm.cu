@@ -150,6 +150,29 @@ bool honours_counts(GemmKind kind, GemmTile tile) {
   return !cutlass || kind == GemmKind::bf16;
 }
 
+std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
+  auto up = [](std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; };
+  switch (tile) {
+    case GemmTile::m192_n128_wgmma:
+    case GemmTile::m192_n128_wgmma_k128: return rows / 192 * 192 + up(rows % 192, 64);  // idle warpgroups leave
+    case GemmTile::m128_n128_persistent:
+    case GemmTile::m128_n192_persistent:
+    case GemmTile::m128_n256_persistent_act: return rows / 128 * 128 + up(rows % 128, 64);
+    case GemmTile::tokens192_n128_persistent: return rows / 192 * 192 + up(rows % 192, 32);
+    case GemmTile::m64_n128_pingpong:
+    case GemmTile::m64_n128_wgmma:
+    case GemmTile::m64_n128_f16: return up(rows, 64);
+    case GemmTile::rows8_warp_mma:
+    case GemmTile::tokens8_n128_wgmma: return up(rows, 8);
+    case GemmTile::tokens16_n128_wgmma: return up(rows, 16);
+    case GemmTile::tokens32_n128_wgmma: return up(rows, 32);
+    case GemmTile::m128_n128_cooperative:
+    case GemmTile::m128_n128_wgmma:
+    case GemmTile::m128_n128_f16: return up(rows, 128);
+  }
+  return up(rows, 128);
+}
+
 GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums,
                                      bool batch_invariant) {
   const std::string rows = "~" + std::to_string(rows_per_group).substr(0, 4) + " rows expected per group";

@@ -121,6 +121,11 @@ struct GroupedGemmArgs {
 // group (all but CUTLASS's FP8 tiles, which compute every row of offsets).
 bool honours_counts(GemmKind kind, GemmTile tile);
 
+// Rows the tile computes for a group of `rows` rows that carry data (the layer pads each group to 16
+// rows; every tile computes whole row tiles of those, except that the persistent 128-row tiles skip a
+// short last tile's idle 64 rows and the swapped tiles fit their N to the rows in steps of 32).
+std::int64_t computed_rows(GemmTile tile, std::int64_t rows);
+
 // The heuristic: one rule per line, with the reason in the returned string.
 struct GemmChoice {
   GroupedGemmConfig config;
