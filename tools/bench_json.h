@@ -25,6 +25,7 @@ struct BenchCase {
   std::vector<std::pair<std::string, double>> host_steps;  // GPU: where that host time goes, per step
   std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
   std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
+  std::string tuning_read;                             // what the layer made of it: its entries, or why none
   double routed_us = 0, shared_us = 0;                 // --shared-experts: the layer's two parts timed apart
 };
 

@@ -16,6 +16,8 @@
 
 #ifdef MOEKIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "cuda/layer/tactic.h"
 #endif
 
 #include "bench_json.h"
@@ -23,6 +25,7 @@
 #include "bench_steps.h"
 #include "commands.h"
 #include "core/shared.h"
+#include "core/tuning.h"
 #include "core/synthetic.h"
 #include "io/layer_file.h"
 #include "io/presets.h"
@@ -290,7 +293,8 @@ void print_case(const BenchCase& r) {
   if (r.host_us > 0) std::printf("    host per eager call: %.1f us\n", r.host_us);
   if (!r.host_steps.empty())
     std::printf("    host per step (µs, median, enqueue only): %s\n", steps_line(r.host_steps).c_str());
-  if (!r.tuning.empty()) std::printf("    tuning cache: %s\n", r.tuning.c_str());
+  if (!r.tuning.empty())
+    std::printf("    tuning cache: %s%s\n", r.tuning.c_str(), r.tuning_read.empty() ? "" : (": " + r.tuning_read).c_str());
   if (r.routed_us > 0)
     std::printf("    apart: routed %.1f us + shared %.1f us = %.1f us; fused %.1f us (%.2fx)\n", r.routed_us, r.shared_us,
                 r.routed_us + r.shared_us, r.us, r.us / (r.routed_us + r.shared_us));
@@ -371,6 +375,11 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
     r.tuning = tuning;
+#ifdef MOEKIT_HAVE_CUDA
+    // What the layer read (a rejected file means the heuristic: said here, not only the path given).
+    if (!tuning.empty() && device == Device::cuda)
+      r.tuning_read = core::load_tuning(options.tuning, cuda::this_device()).to_string();
+#endif
     r.load = core::routing_load(in.host_ids.view(), p.config.num_experts);  // input set 0's
     r.skew = settings.skew;
     const bool shares = p.config.shared_experts > 0;

@@ -7,18 +7,23 @@
 
 #include "commands.h"
 #include "core/check.h"
+#include "core/shared.h"
 #include "cpu/reference.h"
 #include "io/layer_file.h"
 #include "io/safetensors.h"
 #include "moekit/device.h"
 #include "run_setup.h"
 
+#ifdef MOEKIT_HAVE_CUDA
+#include "cuda/layer/tactic.h"
+#endif
+
 namespace moekit::cli {
 namespace {
 
 std::string shape(const Tensor& t) { return t.view().to_string(); }
 
-void print_header(const RunSetup& s, const Layer& layer) {
+void print_header(const RunSetup& s, const Layer& layer, [[maybe_unused]] const TuningOptions& tuning) {
   const double gb = double(s.weights.w13.nbytes() + s.weights.w2.nbytes()) / 1e9;
   std::printf("moekit run: %s\n", s.source.c_str());
   std::printf("  config   %s\n", s.config.to_string().c_str());
@@ -27,6 +32,15 @@ void print_header(const RunSetup& s, const Layer& layer) {
   std::printf("  weights  w13 %s, w2 %s (%.2f GB)\n", s.weights.w13.to_string().c_str(),
               s.weights.w2.to_string().c_str(), gb);
   std::printf("  backend  %s\n", std::string(layer.backend_name()).c_str());
+#ifdef MOEKIT_HAVE_CUDA
+  // The experts step's tactic at this T, from the cache the layer reads (or the heuristic), and why.
+  if (layer.backend_name() == "cuda") {
+    const MoEConfig experts = core::experts_config(s.config);
+    const cuda::TacticChooser chooser(experts, &tuning);
+    const cuda::TacticChoice at = chooser.choose({experts, s.hidden.size(0), 0, false});
+    std::printf("  tactic   %s: %s\n", at.tactic.name().c_str(), cuda::describe(at, chooser.table().file()).c_str());
+  }
+#endif
 }
 
 // The routing an external-routing run passes in: the file's, or the CPU router's.
@@ -114,7 +128,7 @@ int cmd_run(int argc, char** argv) {
   options.backend = args.get("backend", "auto");
   options.max_tokens = s.hidden.size(0);
   Layer layer(s.config, s.weights, options);
-  print_header(s, layer);
+  print_header(s, layer, options.tuning);
 
   const std::int64_t tokens = s.hidden.size(0);
   Tensor out(DType::bf16, {tokens, s.config.hidden_size});
