@@ -1,4 +1,4 @@
-// Grouped GEMM instance: fp8_block with w128_tokens192_persistent (see sm90_grouped_gemm_instances.h).
+// Grouped GEMM instance: fp8_block with tokens192_n128_persistent (see sm90_grouped_gemm_instances.h).
 // moekit's persistent block-scaled kernel (sm90_grouped_gemm_fp8_block.cuh) with the operands swapped,
 // for groups of a few hundred rows and fewer (ragged prefill): the tile's 128 W rows are WGMMA's
 // 64-row operand (two math warpgroups of 64) and up to 192 of a group's rows its N, fitted to the
