@@ -74,6 +74,27 @@ TEST_P(CudaGemmChoice, PicksTheMeasuredTile) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGemmChoice, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
+// The rows a tile computes for a group (explain's padding line, the bench's pad column): whole row
+// tiles, except the persistent 128-row tiles' short last tile in halves of 64 and the swapped tiles' N
+// in steps of 32; no rows, no tiles.
+TEST(CudaGemmChoice, ComputedRowsAreTheTilesRowTiles) {
+  for (GemmTile tile : cuda::kAllGemmTiles) EXPECT_EQ(cuda::computed_rows(tile, 0), 0) << cuda::to_string(tile);
+  const struct {
+    GemmTile tile;
+    std::int64_t rows, computed;
+  } cases[] = {
+      {GemmTile::m128_n128_cooperative, 1, 128},      {GemmTile::m128_n128_cooperative, 129, 256},
+      {GemmTile::m64_n128_pingpong, 65, 128},         {GemmTile::m128_n128_persistent, 129, 192},
+      {GemmTile::m128_n192_persistent, 64, 64},       {GemmTile::m128_n256_persistent_act, 200, 256},
+      {GemmTile::tokens192_n128_persistent, 161, 192}, {GemmTile::tokens192_n128_persistent, 193, 224},
+      {GemmTile::tokens192_n128_persistent, 96, 96},  {GemmTile::m192_n128_wgmma, 200, 256},
+      {GemmTile::tokens8_n128_wgmma, 3, 8},           {GemmTile::tokens32_n128_wgmma, 33, 64},
+      {GemmTile::rows8_warp_mma, 9, 16},              {GemmTile::m128_n128_f16, 127, 128},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(cuda::computed_rows(c.tile, c.rows), c.computed) << cuda::to_string(c.tile) << ", " << c.rows << " rows";
+}
+
 // The masked format: only tiles that honour counts (a block's empty tail neither computed nor
 // written), by the rows the caller expects.
 struct MaskedCase {
