@@ -348,6 +348,11 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
   Layer layer(prepared, options);
   const Device device = layer.device();
   const int runs = settings.runs > 0 ? settings.runs : device == Device::cuda ? 20 : 3;
+  // What the layer read (a rejected file means the heuristic: said, not only the path given).
+  std::string tuning_read;
+#ifdef MOEKIT_HAVE_CUDA
+  if (!tuning.empty() && device == Device::cuda) tuning_read = core::load_tuning(options.tuning, cuda::this_device()).to_string();
+#endif
   for (std::int64_t tokens : settings.tokens) {
     if (tokens > p.max_tokens())
       throw UsageError("--tokens: " + std::to_string(tokens) + " is more than the file's " +
@@ -375,11 +380,7 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
     if (p.config.experts_path != ExpertsPath::automatic) r.quant += "+" + std::string(to_string(p.config.experts_path));
     r.tokens = tokens;
     r.tuning = tuning;
-#ifdef MOEKIT_HAVE_CUDA
-    // What the layer read (a rejected file means the heuristic: said here, not only the path given).
-    if (!tuning.empty() && device == Device::cuda)
-      r.tuning_read = core::load_tuning(options.tuning, cuda::this_device()).to_string();
-#endif
+    r.tuning_read = tuning_read;
     r.load = core::routing_load(in.host_ids.view(), p.config.num_experts);  // input set 0's
     r.skew = settings.skew;
     const bool shares = p.config.shared_experts > 0;
