@@ -4,8 +4,10 @@
 # buckets into a fresh cache and the layer bench of the shipped and the fresh cache side by side,
 # `moekit run --check` of a preset's layer, and vLLM's GEMMs (../shared/peers/vllm, carried as
 # .peers/vllm) on the same layer file beside `moekit bench --inputs`. A short table last.
-#   MOEKIT_PREFILL_STEPS="sanitize gemm tune check peers"
+#   MOEKIT_PREFILL_STEPS="sanitize gemm tune check peers"   (also: tests, the CUDA tests of MOEKIT_TEST_FILTER)
 #   MOEKIT_PREFILL_PRESET=deepseek-v3   MOEKIT_PREFILL_TOKENS=512,1024,2048,4096,8192,16384
+#   MOEKIT_PREFILL_ACCUMULATION=fast    --fp8-accumulation of the tune, check and bench steps
+#   MOEKIT_GEMM_CASES=bench/cases/prefill.txt   the grouped GEMM bench's cases (from the root, or absolute)
 #   MOEKIT_CHECK_TOKENS=512,4096        the checks' T (each saves its layer file and dump in /tmp)
 #   MOEKIT_PEER_LAYER_T=4096            the layer file the peers step benches (made when absent)
 #   MOEKIT_CHECK_CACHE=FILE             the tuning cache the check and the peers step's bench take
@@ -19,6 +21,7 @@ steps="${MOEKIT_PREFILL_STEPS:-sanitize gemm tune}"
 preset="${MOEKIT_PREFILL_PRESET:-deepseek-v3}"
 tokens="${MOEKIT_PREFILL_TOKENS:-512,1024,2048,4096,8192,16384}"
 check_t="${MOEKIT_CHECK_TOKENS:-512,4096}"
+accumulation=(--fp8-accumulation "${MOEKIT_PREFILL_ACCUMULATION:-fast}")
 export PATH="/usr/local/cuda/bin:$PATH"
 export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
@@ -44,10 +47,18 @@ if [[ " $steps " == *" check "* ]]; then
   [ -f "${MOEKIT_CHECK_CACHE:-}" ] && export MOEKIT_TUNING_CACHE="$MOEKIT_CHECK_CACHE"
   (for t in ${check_t//,/ }; do
      echo "== moekit run --preset $preset --tokens $t --backend cuda --check"
-     timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$t" --backend cuda --check \
+     timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$t" --backend cuda --check "${accumulation[@]}" \
        --save-layer "/tmp/layer_$t.safetensors" --dump "/tmp/dump_$t.safetensors" || echo "check T=$t: rc $?"
    done >"$out/check.log" 2>&1) &
   check_pid=$!
+fi
+
+if [[ " $steps " == *" tests "* ]]; then
+  echo "== test_cuda ${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}"
+  timeout "${MOEKIT_TEST_TIMEOUT:-300}" "$build/tests/test_cuda" --gtest_color=no \
+    --gtest_filter="${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}" >"$out/tests.log" 2>&1 || status=1
+  grep -E "^\[  FAILED|Failure|Expected|Which is" "$out/tests.log" | head -n 30
+  summary+=("tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then
@@ -74,20 +85,22 @@ if [ -n "$check_pid" ]; then
 fi
 
 if [[ " $steps " == *" gemm "* ]]; then
-  echo "== grouped_gemm_bench --cases bench/cases/prefill.txt"
+  cases="${MOEKIT_GEMM_CASES:-bench/cases/prefill.txt}"
+  [[ "$cases" == /* ]] || cases="$root/$cases"
+  echo "== grouped_gemm_bench --cases $cases"
   MOEKIT_BENCH_TILES="${MOEKIT_BENCH_TILES:-cooperative,ping-pong,128x128 persistent,128x192 persistent,W as A}" \
-    timeout "${MOEKIT_BENCH_TIMEOUT:-240}" "$build/bench/grouped_gemm_bench" --cases "$root/bench/cases/prefill.txt" \
+    timeout "${MOEKIT_BENCH_TIMEOUT:-240}" "$build/bench/grouped_gemm_bench" --cases "$cases" \
     >"$out/gemm.log" 2>&1 || status=1
-  grep TFLOP "$out/gemm.log" | sed 's/ wgmma, f32 every 128 K//; s/ persistent wgmma (W as A), f32 every 128 K/ swapped/' | cut -c1-140
+  grep TFLOP "$out/gemm.log" | sed 's/ wgmma, f32 every 128 K//; s/ wgmma, f32 every 32 K/ k32/; s/ persistent wgmma (W as A), f32 every 128 K/ swapped/' | cut -c1-140
 fi
 
 if [[ " $steps " == *" tune "* ]]; then
   echo "== moekit tune --preset $preset --tokens $tokens"
-  timeout "${MOEKIT_TUNE_TIMEOUT:-200}" "$cli" tune --preset "$preset" --tokens "$tokens" --out "$out/tuned.json" \
+  timeout "${MOEKIT_TUNE_TIMEOUT:-200}" "$cli" tune --preset "$preset" --tokens "$tokens" "${accumulation[@]}" --out "$out/tuned.json" \
     >"$out/tune.log" 2>"$out/tune.err" || status=1
   grep -E "changed|measurements" "$out/tune.log" | head -n 20
   echo "== moekit bench: shipped cache, fresh cache"
-  timeout "${MOEKIT_LAYER_TIMEOUT:-150}" "$cli" bench --preset "$preset" --tokens "$tokens" \
+  timeout "${MOEKIT_LAYER_TIMEOUT:-150}" "$cli" bench --preset "$preset" --tokens "$tokens" "${accumulation[@]}" \
     --tuning-cache "$root/data/tuning/h200.json,$out/tuned.json" --json "$out/layer.json" >"$out/layer.log" 2>&1 || status=1
   tail -n 20 "$out/layer.log"
 fi
@@ -99,7 +112,7 @@ if [[ " $steps " == *" peers "* ]]; then
     --save-layer "/tmp/layer_$t.safetensors" --dump "/tmp/dump_$t.safetensors" >/dev/null 2>&1
   cache=()
   [ -f "${MOEKIT_CHECK_CACHE:-}" ] && cache=(--tuning-cache "$MOEKIT_CHECK_CACHE")
-  timeout 150 "$cli" bench --inputs "/tmp/layer_$t.safetensors" --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" "${cache[@]}" \
+  timeout 150 "$cli" bench --inputs "/tmp/layer_$t.safetensors" --tokens "${MOEKIT_PEER_TOKENS:-512,4096}" "${cache[@]}" "${accumulation[@]}" \
     --json "$out/inputs.json" >"$out/inputs.log" 2>&1 || status=1
   tail -n 8 "$out/inputs.log"
   (cd "$root/.peers/vllm" && timeout "${MOEKIT_PEER_TIMEOUT:-200}" python3 bench_vllm.py --layer "/tmp/layer_$t.safetensors" \

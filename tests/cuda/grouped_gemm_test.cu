@@ -212,6 +212,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
                      : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
                      : info.param.tile == GemmTile::tokens192_n128_persistent ? "_swapped_"
+                     : info.param.tile == GemmTile::m128_n128_persistent_k32 ? "_persistent128_k32_"
                                                                    : "_m128_";
   const Padding pad = info.param.padding;
   return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
@@ -323,7 +324,7 @@ std::vector<Case> all_cases() {
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
                             GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
-                            GemmTile::tokens192_n128_persistent})
+                            GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
           for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
@@ -426,12 +427,41 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
-                                           GemmTile::tokens192_n128_persistent),
+                                           GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
-                           return info.param == GemmTile::m128_n128_persistent   ? std::string("n128")
-                                  : info.param == GemmTile::m128_n192_persistent ? std::string("n192")
-                                                                                 : std::string("swapped");
+                           return info.param == GemmTile::m128_n128_persistent       ? std::string("n128")
+                                  : info.param == GemmTile::m128_n192_persistent     ? std::string("n192")
+                                  : info.param == GemmTile::m128_n128_persistent_k32 ? std::string("n128_k32")
+                                                                                     : std::string("swapped");
                          });
+
+// The persistent kernel's 32-K promotion (m128_n128_persistent_k32) sums as moekit's FP8 WGMMA kernel
+// does (m128_n128_wgmma: each 32 of K from zero, then acc += part x a_scale x w_scale in K order):
+// the same bits, on skewed groups, a partial last K block, unpadded and in the layer's padded layout.
+TEST(CudaGroupedGemmK32, PersistentTilesGiveTheWgmmaKernelsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const std::int64_t align : {1, 16}) {
+    const Shape s{"k32", {0, 300, 1, 0, 64, 65, 0, 129, 7, 0}, 384, 1040};
+    BlockGemmOnDevice g(s, align, rng);
+    std::vector<std::vector<bf16>> outs;
+    for (const GemmTile tile : {GemmTile::m128_n128_wgmma, GemmTile::m128_n128_persistent_k32}) {
+      ASSERT_TRUE(cuda::can_implement(g.desc, {tile}));
+      g.d.poison();
+      cuda::run_grouped_gemm(g.desc, {tile}, g.args, nullptr, nullptr);
+      sync_and_check();
+      outs.push_back(g.d.download());
+    }
+    std::int64_t written = 0;
+    for (std::size_t i = 0; i < outs[0].size(); ++i) {
+      ASSERT_EQ(outs[0][i].bits, outs[1][i].bits) << "align " << align << ", element " << i;
+      written += outs[0][i].bits != 0xffff;
+    }
+    EXPECT_GT(written, 0);
+  }
+}
 
 // GEMM1 + activation + requantization in one kernel (m128_n256_persistent_act) against the same
 // kernel's bf16 GEMM1 (m128_n128_persistent: the same WGMMAs and promotions per column) followed by

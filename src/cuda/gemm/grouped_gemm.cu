@@ -57,6 +57,7 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
     case GemmTile::tokens192_n128_persistent: return "<=192 rows x 128 persistent wgmma (W as A), f32 every 128 K";
+    case GemmTile::m128_n128_persistent_k32: return "128x128 persistent wgmma, f32 every 32 K";
   }
   return "?";
 }
@@ -157,7 +158,8 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m192_n128_wgmma_k128: return rows / 192 * 192 + up(rows % 192, 64);  // idle warpgroups leave
     case GemmTile::m128_n128_persistent:
     case GemmTile::m128_n192_persistent:
-    case GemmTile::m128_n256_persistent_act: return rows / 128 * 128 + up(rows % 128, 64);
+    case GemmTile::m128_n256_persistent_act:
+    case GemmTile::m128_n128_persistent_k32: return rows / 128 * 128 + up(rows % 128, 64);
     case GemmTile::tokens192_n128_persistent: return rows / 192 * 192 + up(rows % 192, 32);
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:

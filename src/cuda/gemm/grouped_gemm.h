@@ -49,6 +49,7 @@ enum class GemmTile : std::uint8_t {
                              //   128 gate and the 128 up columns of the same channels
   tokens192_n128_persistent,  // the persistent kernel with W as WGMMA's 64-row operand (2 warpgroups, 128
                               //   W rows) and up to 192 rows of a group as its N, in steps of 32: ragged groups
+  m128_n128_persistent_k32,   // the persistent 128 x 128 tiles with f32 every 32 K (exact)
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act), else bf16.
@@ -63,7 +64,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m192_n128_wgmma_k128,  GemmTile::m128_n128_f16,      GemmTile::m64_n128_f16,
     GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
-    GemmTile::tokens192_n128_persistent};
+    GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

@@ -1,6 +1,7 @@
 // moekit's FP8 block-scaled grouped GEMM for prefill (fp8_block: 1x128 A scales, 128x128 W scales),
-// contiguous layout, problem sizes on the GPU. Instances: sm90_grouped_gemm_fp8_block_n{128,192}.cu
-// and sm90_grouped_gemm_fp8_block_act.cu. f32 promotion every 128 of K (DESIGN §8 `fast`). Tiles:
+// contiguous layout, problem sizes on the GPU. Instances: sm90_grouped_gemm_fp8_block_n{128,192}.cu,
+// sm90_grouped_gemm_fp8_block_act.cu (f32 promotion every 128 of K, kSumK 128: DESIGN §8 `fast`) and
+// sm90_grouped_gemm_fp8_block_k32.cu (kSumK 32, 128 columns: `exact`, GEMM1 requantized next). Tiles:
 //   kN 128, 192   128 rows x kN W rows of the group, bf16 out (a 192-wide W tile straddles two scale
 //                 blocks: two W scales per K block)
 //   kN 256, kAct  GEMM1 + activation + requantization (activated_fp8): 128 rows x 128 output channels
@@ -21,7 +22,8 @@
 //   4. two math warpgroups of 64 rows: per stage four WGMMAs m64 n kN k32 chained, then
 //      acc += part x a_scale x w_scale (the W scale of the part's columns); the stage goes back once
 //      the WGMMAs are done. kN 128: two part buffers, the next stage's WGMMAs run while this one's
-//      part is promoted. A warpgroup with no rows in the tile (a group's last, short tile) skips it
+//      part is promoted; kSumK 32: each of the four WGMMAs from zero, promoted alone, the parts
+//      taking turns by WGMMA. A warpgroup with no rows in the tile (a group's last, short tile) skips it
 //   5. out for the rows of the group that carry data (counts): bf16 through a per-warp staging buffer
 //      (stmatrix, then 16-byte stores of whole rows' sectors), or the activated FP8 rows and their
 //      scales (GEMM1's outputs rounded to bf16 first, as the activation stage reads them); nothing
@@ -31,6 +33,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/launch.h"
@@ -96,6 +100,12 @@ __device__ __forceinline__ void issue_stage(float (&part)[kN / 2], std::uint64_t
   for (int j = 0; j < kTileK / 32; ++j) fp8_wgmma_k32<kN>(part, da + 2 * j, db + 2 * j, j > 0);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   pin(part);
+}
+
+// f(integral_constant<int, i>, args...) for each i of the sequence, in order: a compile-time unrolled loop.
+template <typename F, int... kI, typename... Args>
+__device__ __forceinline__ void unrolled(F&& f, std::integer_sequence<int, kI...>, Args&&... args) {
+  (f(std::integral_constant<int, kI>{}, args...), ...);
 }
 
 // Waits until at most kPending groups are in flight: part, the older group's, is then readable.
@@ -271,7 +281,7 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
   }
 }
 
-template <int kN, Activation kAct>
+template <int kN, Activation kAct, int kSumK>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                    const __grid_constant__ ScaleMaps scale_maps, Params p, ActOut act) {
@@ -346,9 +356,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint8_t* staging = smem + S::kStagingOffset + (c * 4 + warp) * kStagingBytes;
   constexpr int kRegs = S::kWgmmaN / 2;
   // part[i], acc[i]: row lo (i % 4 < 2) or lo + 8, column 8 (i / 4) + 2 (lane % 4) + i % 2; paired:
-  // acc the gate half, acc_up the up half; kN 128: part and part2 take turns
+  // acc the gate half, acc_up the up half; kN 128: parts[0] and parts[1] take turns
   constexpr bool kTwoParts = kN == 128;
-  float acc[kRegs], acc_up[S::kPaired ? kRegs : 1], part[kRegs], part2[kRegs];
+  static_assert(kSumK == 128 || (kSumK == 32 && kTwoParts), "f32 every 32 of K: the 128-column tiles (two parts)");
+  constexpr int kUnits = kTileK / kSumK;      // WGMMA groups per stage, each promoted alone
+  constexpr int kRun = kSumK == 128 ? 4 : 2;  // stages per unrolled run
+  float acc[kRegs], acc_up[S::kPaired ? kRegs : 1], parts[2][kRegs];
+  float(&part)[kRegs] = parts[0];
   const std::uint64_t desc_a0 = smem_descriptor(tiles + std::uint32_t(c * 64 * kTileK));
   const std::uint64_t desc_b0 = smem_descriptor(tiles + std::uint32_t(S::kABytes));
   constexpr std::uint64_t kUpHalf = kTileN * kTileK / 16;  // the up half's W rows, in descriptor units
@@ -400,62 +414,76 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kRegs; ++i) acc_up[i] = 0.0f;
       }
-      auto start = [&](float(&into)[kRegs], int kb) {  // the current stage's (K block kb) WGMMAs, once it is full
-        barrier_wait(full + 8 * stage, parity);
-        const Scales sc = scales_of(at, stage, kb);
-        issue_stage<S::kWgmmaN>(into, desc_a0 + std::uint64_t(stage) * kStageDesc,
-                                desc_b0 + std::uint64_t(stage) * kStageDesc);
-        return sc;
-      };
       if constexpr (kTwoParts) {
-        // Stage k's product is promoted from one part while stage k + 1's WGMMAs run into the other,
-        // in runs of 4 (then 2, then 1) stages: no WGMMA is in flight where a branch is taken (ptxas
-        // serializes them otherwise), and 3 of 4 promotions overlap WGMMAs.
-        int kb = 0;
-        auto begin = [&](float(&into)[kRegs], int& done) {
-          done = stage;
-          const Scales sc = start(into, kb++);
-          advance(stage, parity);
-          return sc;
+        // Units of kSumK of K (a stage, or one WGMMA of it), each from zero into parts[0] or [1] by
+        // turns: unit u + 1's WGMMAs run while unit u's part is promoted. In runs of whole stages
+        // (kRun, then 2, then 1), unrolled, so that no WGMMA is in flight where a branch is taken
+        // (ptxas serializes them otherwise); a run ends with none in flight.
+        Scales stage_sc{};  // the current stage's, read at its first unit
+        int kb_next = 0;    // the K block of the next unit's stage
+        // (into and the arrays below are auto&: nvcc 13's front end crashes on array-typed parameters
+        // of a generic lambda nested in another)
+        auto begin = [&](auto unit, auto& into, int& done) {
+          constexpr int kJ = decltype(unit)::value % kUnits;  // the unit's place in its stage
+          if constexpr (kJ == 0) {
+            barrier_wait(full + 8 * stage, parity);
+            stage_sc = scales_of(at, stage, kb_next);
+          }
+          const std::uint64_t da = desc_a0 + std::uint64_t(stage) * kStageDesc, db = desc_b0 + std::uint64_t(stage) * kStageDesc;
+          if constexpr (kUnits == 1) {
+            issue_stage<S::kWgmmaN>(into, da, db);
+          } else {
+            pin(into);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            fp8_wgmma_k32<S::kWgmmaN>(into, da + 2 * kJ, db + 2 * kJ, 0);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            pin(into);
+          }
+          done = -1;
+          if constexpr (kJ == kUnits - 1) {  // the stage's last unit: it goes back once this is done
+            done = stage;
+            ++kb_next;
+            advance(stage, parity);
+          }
+          return stage_sc;
         };
         auto finish = [&](float(&from)[kRegs], const Scales& sc, int done) {
-          release(done);
+          if (done >= 0) release(done);
           promote(from, sc);
         };
-        int d0 = 0, d1 = 0, left = k_blocks;
+        // Unit i of a run of kLen units (i in parts[i % 2]): promoted once done, unit i + 2 started.
+        auto step = [&](auto i, auto length, auto& sc, auto& done) {
+          constexpr int kIndex = decltype(i)::value, kLen = decltype(length)::value, kBuf = kIndex % 2;
+          wait_stages<kIndex + 1 < kLen ? 1 : 0>(parts[kBuf]);
+          finish(parts[kBuf], sc[kBuf], done[kBuf]);
+          if constexpr (kIndex + 2 < kLen)
+            sc[kBuf] = begin(std::integral_constant<int, kIndex + 2>{}, parts[kBuf], done[kBuf]);
+        };
+        auto run = [&](auto length) {
+          constexpr int kLen = decltype(length)::value;
+          Scales sc[2];
+          int done[2] = {-1, -1};
+          sc[0] = begin(std::integral_constant<int, 0>{}, parts[0], done[0]);
+          if constexpr (kLen > 1) sc[1] = begin(std::integral_constant<int, 1>{}, parts[1], done[1]);
+          unrolled(step, std::make_integer_sequence<int, kLen>{}, length, sc, done);
+        };
+        int left = k_blocks;
 #pragma unroll 1
-        for (; left >= 4; left -= 4) {
-          Scales s0 = begin(part, d0);
-          Scales s1 = begin(part2, d1);
-          wait_stages<1>(part);
-          finish(part, s0, d0);
-          s0 = begin(part, d0);
-          wait_stages<1>(part2);
-          finish(part2, s1, d1);
-          s1 = begin(part2, d1);
-          wait_stages<1>(part);
-          finish(part, s0, d0);
-          wait_stages<0>(part2);
-          finish(part2, s1, d1);
+        for (; left >= kRun; left -= kRun) run(std::integral_constant<int, kRun * kUnits>{});
+        if constexpr (kRun > 2) {
+          if (left >= 2) {
+            run(std::integral_constant<int, 2 * kUnits>{});
+            left -= 2;
+          }
         }
-        if (left >= 2) {
-          const Scales s0 = begin(part, d0);
-          const Scales s1 = begin(part2, d1);
-          wait_stages<1>(part);
-          finish(part, s0, d0);
-          wait_stages<0>(part2);
-          finish(part2, s1, d1);
-          left -= 2;
-        }
-        if (left == 1) {
-          const Scales s0 = begin(part, d0);
-          wait_stages<0>(part);
-          finish(part, s0, d0);
-        }
+        if (left == 1) run(std::integral_constant<int, kUnits>{});
       } else {
 #pragma unroll 1
         for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
-          const Scales sc = start(part, kb);
+          barrier_wait(full + 8 * stage, parity);
+          const Scales sc = scales_of(at, stage, kb);
+          issue_stage<S::kWgmmaN>(part, desc_a0 + std::uint64_t(stage) * kStageDesc,
+                                  desc_b0 + std::uint64_t(stage) * kStageDesc);
           wait_stages<0>(part);
           if constexpr (S::kPaired) {  // the gate half, then the up half, each promoted with its scale
             promote(part, sc);
@@ -497,7 +525,7 @@ inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, 
   return map;
 }
 
-template <int kN, Activation kAct>
+template <int kN, Activation kAct, int kSumK = 128>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN>;
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
@@ -517,8 +545,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
-  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct>), S::kSmemBytes);
-  fp8_block_gemm<kN, kAct><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct, kSumK>), S::kSmemBytes);
+  fp8_block_gemm<kN, kAct, kSumK><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 

@@ -46,6 +46,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     case GemmSums::k32:
       tiles = {GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma};
       if (!batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma);
+      if (kind == GemmKind::fp8_block) tiles.push_back(GemmTile::m128_n128_persistent_k32);
       break;
     case GemmSums::f32: tiles = {GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}; break;
   }
@@ -65,7 +66,8 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n128_persistent:
     case GemmTile::m128_n192_persistent:
     case GemmTile::m128_n256_persistent_act:
-    case GemmTile::tokens192_n128_persistent: return 16;
+    case GemmTile::tokens192_n128_persistent:
+    case GemmTile::m128_n128_persistent_k32: return 16;
     default: return 0;
   }
 }
@@ -124,6 +126,7 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
     case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
     case GemmTile::tokens192_n128_persistent: return "tokens192_n128_persistent";
+    case GemmTile::m128_n128_persistent_k32: return "m128_n128_persistent_k32";
   }
   return "";
 }
