@@ -47,10 +47,15 @@ const Case kCases[] = {
     {"few_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
     {"many_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m192_n128_wgmma_k128},
     {"many_channel_invariant", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, true, GemmTile::m128_n128_cooperative},
-    {"few_block_k32", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, false, GemmTile::m64_n128_wgmma},
-    {"ragged_block_k32", GemmKind::fp8_block, 4096, 7168, 155, GemmSums::k32, false, GemmTile::m192_n128_wgmma},
-    {"large_block_k32", GemmKind::fp8_block, 4096, 7168, 512, GemmSums::k32, false, GemmTile::m128_n128_wgmma},
-    {"block_k32_invariant", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, true, GemmTile::m128_n128_wgmma},
+    {"few_block_k32", GemmKind::fp8_block, 4096, 7168, 8, GemmSums::k32, false, GemmTile::m64_n128_wgmma},
+    {"thirty_two_rows_block_k32", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, false, GemmTile::m128_n128_persistent_k32},
+    {"sixteen_rows_block_k32", GemmKind::fp8_block, 4096, 7168, 16, GemmSums::k32, false, GemmTile::m128_n128_persistent_k32},
+    {"ragged_block_k32", GemmKind::fp8_block, 4096, 7168, 155, GemmSums::k32, false, GemmTile::m128_n128_persistent_k32},
+    {"large_block_k32", GemmKind::fp8_block, 4096, 7168, 512, GemmSums::k32, false, GemmTile::m128_n128_persistent_k32},
+    {"block_k32_invariant", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::k32, true, GemmTile::m128_n128_persistent_k32},
+    {"ragged_channel_k32", GemmKind::fp8_channel, 4096, 7168, 155, GemmSums::k32, false, GemmTile::m192_n128_wgmma},
+    {"large_channel_k32", GemmKind::fp8_channel, 4096, 7168, 512, GemmSums::k32, false, GemmTile::m128_n128_wgmma},
+    {"channel_k32_invariant", GemmKind::fp8_channel, 4096, 7168, 32, GemmSums::k32, true, GemmTile::m128_n128_wgmma},
     {"few_block_f32", GemmKind::fp8_block, 4096, 7168, 32, GemmSums::f32, false, GemmTile::m64_n128_f16},
     {"many_block_f32", GemmKind::fp8_block, 4096, 7168, 128, GemmSums::f32, false, GemmTile::m128_n128_f16},
     {"block_f32_invariant", GemmKind::fp8_block, 4096, 7168, 0.25, GemmSums::f32, true, GemmTile::m128_n128_f16},
@@ -111,7 +116,9 @@ const MaskedCase kMaskedCases[] = {
     {"block_16", GemmKind::fp8_block, 16, GemmSums::tensor_core, false, GemmTile::tokens16_n128_wgmma},
     {"block_32", GemmKind::fp8_block, 32, GemmSums::tensor_core, false, GemmTile::tokens32_n128_wgmma},
     {"block_64", GemmKind::fp8_block, 64, GemmSums::tensor_core, false, GemmTile::m64_n128_wgmma},
-    {"block_200", GemmKind::fp8_block, 200, GemmSums::tensor_core, false, GemmTile::m128_n128_wgmma},
+    {"block_200", GemmKind::fp8_block, 200, GemmSums::tensor_core, false, GemmTile::m128_n128_persistent_k32},
+    {"block_k32_200", GemmKind::fp8_block, 200, GemmSums::k32, false, GemmTile::m128_n128_persistent_k32},
+    {"block_k32_invariant", GemmKind::fp8_block, 8, GemmSums::k32, true, GemmTile::m128_n128_persistent_k32},
     {"block_invariant", GemmKind::fp8_block, 3, GemmSums::tensor_core, true, GemmTile::tokens32_n128_wgmma},
     {"block_k32", GemmKind::fp8_block, 8, GemmSums::k32, false, GemmTile::m64_n128_wgmma},
     {"block_f32", GemmKind::fp8_block, 8, GemmSums::f32, false, GemmTile::m64_n128_f16},
@@ -165,7 +172,7 @@ TEST(CudaGemmChoice, RowsPast2GiBOfElementsAreTaken) {
   };
   constexpr std::int64_t kRows = 600000 + 8 * 15;  // T·k rows and each group's padding to 16
   for (const Kernel k : {Kernel{GemmKind::bf16, GemmTile::m128_n128_cooperative}, Kernel{GemmKind::fp8_block, GemmTile::m128_n128_cooperative},
-                         Kernel{GemmKind::fp8_block, GemmTile::m128_n128_wgmma}, Kernel{GemmKind::fp8_block, GemmTile::m128_n128_f16},
+                         Kernel{GemmKind::fp8_block, GemmTile::m128_n128_persistent_k32}, Kernel{GemmKind::fp8_block, GemmTile::m128_n128_f16},
                          Kernel{GemmKind::fp8_channel, GemmTile::m192_n128_wgmma_k128}}) {
     for (const auto& [n, depth] : {std::pair<std::int64_t, std::int64_t>{256, 7168}, {7168, 128}}) {
       const cuda::GroupedGemmDesc desc{k.kind, 8, n, depth, kRows, 600000};

@@ -84,8 +84,9 @@ GemmSums gemm_sums(GemmKind kind, Fp8Accumulation accumulation, bool requantized
 GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group, GemmSums sums, bool batch_invariant) {
   // Batch invariance: one tile whatever the batch (never the decode kernel, whose sums differ).
   if (batch_invariant) {
+    const GemmTile k32 = desc.kind == GemmKind::fp8_block ? GemmTile::m128_n128_persistent_k32 : GemmTile::m128_n128_wgmma;
     const GemmTile tile = sums == GemmSums::f32 ? GemmTile::m128_n128_f16
-                          : sums == GemmSums::k32 ? GemmTile::m128_n128_wgmma
+                          : sums == GemmSums::k32 ? k32
                                                   : GemmTile::m128_n128_cooperative;
     return {{tile}, "batch-invariant: the same tile at every batch size"};
   }
@@ -110,14 +111,26 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
     const GemmTile tile = few ? GemmTile::m64_n128_f16 : GemmTile::m128_n128_f16;
     if (cuda::can_implement(desc, {tile})) return {{tile}, rows + tiles + "; strict: f16 WGMMA, f32-like sums"};
   }
-  // At most 32 of K per promotion (requantized output): moekit's FP8 WGMMA kernel. Its 192-row
-  // tiles fit a group's rows to 64 (idle warpgroups leave); past a few hundred rows per group the
-  // 128-row tiles, with two part buffers per warpgroup, are faster.
+  // At most 32 of K per promotion (requantized output). Block scales from 16 rows per group:
+  // moekit's persistent 128 x 128 tiles (scales staged with the tiles, the two part buffers taking
+  // turns by WGMMA), measured faster than the FP8 WGMMA kernel's 64-, 128- and 192-row tiles on
+  // every prefill case (deepseek-v3 GEMM1 T=4096 4457 against 4819 us, T=16384 12520 against 13608,
+  // qwen3-30b-a3b T=4096 348 against 498; the layer at deepseek-v3 T=512 2154.5 against 2766.8;
+  // docs/PERF.md, 2026-12-04).
+  if (sums == GemmSums::k32 && desc.kind == GemmKind::fp8_block && rows_per_group >= 16 &&
+      cuda::can_implement(desc, {GemmTile::m128_n128_persistent_k32}))
+    return {{GemmTile::m128_n128_persistent_k32},
+            rows + " >= 16; requantized next: moekit's persistent 128 x 128 tiles, f32 every 32 of K"};
+  // Otherwise moekit's FP8 WGMMA kernel (block scales: its 64-row tiles alone). Its 192-row tiles
+  // fit a group's rows to 64 (idle warpgroups leave); past a few hundred rows per group the 128-row
+  // tiles, with two part buffers per warpgroup, are faster.
   if (sums == GemmSums::k32) {
-    const GemmTile tile = few                     ? GemmTile::m64_n128_wgmma
+    const bool narrow = few || desc.kind == GemmKind::fp8_block;
+    const GemmTile tile = narrow                  ? GemmTile::m64_n128_wgmma
                           : rows_per_group <= 384 ? GemmTile::m192_n128_wgmma
                                                   : GemmTile::m128_n128_wgmma;
     const std::string why = few                     ? tiles
+                            : narrow                ? " (block scales, the persistent tiles refused): 64-row tiles"
                             : rows_per_group <= 384 ? " in (64, 384]: 192-row tiles, fitted to 64 rows"
                                                     : " > 384: 128-row tiles, two part buffers";
     if (cuda::can_implement(desc, {tile})) return {{tile}, rows + why + "; requantized next: f32 every 32 of K"};
@@ -195,8 +208,10 @@ GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double rows_pe
   const bool few = rows_per_group <= 64 && !batch_invariant;
   if (sums == GemmSums::f32)
     return {{few ? GemmTile::m64_n128_f16 : GemmTile::m128_n128_f16}, rows + "; strict: f16 WGMMA, f32-like sums"};
-  return {{few ? GemmTile::m64_n128_wgmma : GemmTile::m128_n128_wgmma},
-          rows + (few ? " <= 64: 64-row FP8 WGMMA tiles" : ": 128-row FP8 WGMMA tiles") + ", f32 every 32 of K"};
+  if (few) return {{GemmTile::m64_n128_wgmma}, rows + " <= 64: 64-row FP8 WGMMA tiles, f32 every 32 of K"};
+  // Block scales: the persistent tiles with the FP8 WGMMA kernel's sums, bit for bit, and faster.
+  return {{desc.kind == GemmKind::fp8_block ? GemmTile::m128_n128_persistent_k32 : GemmTile::m128_n128_wgmma},
+          rows + ": 128-row FP8 WGMMA tiles, f32 every 32 of K"};
 }
 
 Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {

@@ -2,7 +2,8 @@
 // moekit's persistent FP8 block-scaled kernel (sm90_grouped_gemm_fp8_block.cuh), 128 x 128 tiles, f32
 // promotion every 32 of K (`--fp8-accumulation exact`: GEMM1, requantized next). Each WGMMA starts
 // from zero and enters the f32 accumulator times the block scales at once, the two part buffers
-// taking turns; the same sums as the m128_n128_wgmma tile, bit for bit.
+// taking turns; the same sums as the FP8 WGMMA kernel's tiles (sm90_grouped_gemm_fp8_wgmma.cuh), bit
+// for bit, which it replaces for block scales from 16 rows per group (measured faster on every case).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
 
 namespace moekit::cuda::sm90 {

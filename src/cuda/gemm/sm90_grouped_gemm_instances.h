@@ -19,8 +19,6 @@
   X(GemmKind::fp8_channel, GemmTile::m128_n128_cooperative, fp8_channel_m128) \
   X(GemmKind::fp8_channel, GemmTile::m64_n128_pingpong, fp8_channel_m64)   \
   X(GemmKind::fp8_block, GemmTile::rows8_warp_mma, fp8_block_rows8)        \
-  X(GemmKind::fp8_block, GemmTile::m192_n128_wgmma, fp8_block_wgmma192)     \
-  X(GemmKind::fp8_block, GemmTile::m128_n128_wgmma, fp8_block_wgmma128)     \
   X(GemmKind::fp8_block, GemmTile::m64_n128_wgmma, fp8_block_wgmma64)       \
   X(GemmKind::fp8_channel, GemmTile::m192_n128_wgmma, fp8_channel_wgmma192) \
   X(GemmKind::fp8_channel, GemmTile::m128_n128_wgmma, fp8_channel_wgmma128) \

@@ -44,9 +44,13 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
       }
       break;
     case GemmSums::k32:
-      tiles = {GemmTile::m128_n128_wgmma, GemmTile::m64_n128_wgmma};
-      if (!batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma);
-      if (kind == GemmKind::fp8_block) tiles.push_back(GemmTile::m128_n128_persistent_k32);
+      tiles = {GemmTile::m64_n128_wgmma};
+      if (kind == GemmKind::fp8_block) {
+        tiles.push_back(GemmTile::m128_n128_persistent_k32);
+      } else {
+        tiles.push_back(GemmTile::m128_n128_wgmma);
+        if (!batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma);
+      }
       break;
     case GemmSums::f32: tiles = {GemmTile::m128_n128_f16, GemmTile::m64_n128_f16}; break;
   }
