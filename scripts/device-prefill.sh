@@ -8,7 +8,8 @@
 #   MOEKIT_PREFILL_PRESET=deepseek-v3   MOEKIT_PREFILL_TOKENS=512,1024,2048,4096,8192,16384
 #   MOEKIT_PREFILL_ACCUMULATION=fast    --fp8-accumulation of the tune, check and bench steps
 #   MOEKIT_GEMM_CASES=bench/cases/prefill.txt   the grouped GEMM bench's cases (from the root, or absolute)
-#   MOEKIT_CHECK_TOKENS=512,4096        the checks' T (each saves its layer file and dump in /tmp)
+#   MOEKIT_CHECK_TOKENS=512,4096        the checks' T (each saves its layer file and dump in /tmp), each
+#                                       T or T:ACCUMULATION (that check's --fp8-accumulation)
 #   MOEKIT_PEER_LAYER_T=4096            the layer file the peers step benches (made when absent)
 #   MOEKIT_CHECK_CACHE=FILE             the tuning cache the check and the peers step's bench take
 #   MOEKIT_BENCH_TILES=...              the grouped GEMM bench's tiles (its own filter)
@@ -45,9 +46,12 @@ summary=()
 check_pid=""
 if [[ " $steps " == *" check "* ]]; then
   [ -f "${MOEKIT_CHECK_CACHE:-}" ] && export MOEKIT_TUNING_CACHE="$MOEKIT_CHECK_CACHE"
-  (for t in ${check_t//,/ }; do
-     echo "== moekit run --preset $preset --tokens $t --backend cuda --check"
-     timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$t" --backend cuda --check "${accumulation[@]}" \
+  (for spec in ${check_t//,/ }; do  # T, or T:ACCUMULATION
+     t="${spec%%:*}"
+     acc=("${accumulation[@]}")
+     [[ "$spec" == *:* ]] && acc=(--fp8-accumulation "${spec#*:}")
+     echo "== moekit run --preset $preset --tokens $t --backend cuda --check ${acc[*]}"
+     timeout "${MOEKIT_CHECK_TIMEOUT:-300}" "$cli" run --preset "$preset" --tokens "$t" --backend cuda --check "${acc[@]}" \
        --save-layer "/tmp/layer_$t.safetensors" --dump "/tmp/dump_$t.safetensors" || echo "check T=$t: rc $?"
    done >"$out/check.log" 2>&1) &
   check_pid=$!
@@ -81,7 +85,7 @@ fi
 
 if [ -n "$check_pid" ]; then
   wait "$check_pid"
-  while read -r line; do summary+=("check: $line"); done < <(grep -E "PASS|FAIL|rc [0-9]" "$out/check.log")
+  while read -r line; do summary+=("check: $line"); done < <(grep -E "^  tactic|PASS|FAIL|rc [0-9]" "$out/check.log" | cut -c1-160)
 fi
 
 if [[ " $steps " == *" gemm "* ]]; then

@@ -102,17 +102,52 @@ __device__ __forceinline__ void issue_stage(float (&part)[kN / 2], std::uint64_t
   pin(part);
 }
 
-// f(integral_constant<int, i>, args...) for each i of the sequence, in order: a compile-time unrolled loop.
-template <typename F, int... kI, typename... Args>
-__device__ __forceinline__ void unrolled(F&& f, std::integer_sequence<int, kI...>, Args&&... args) {
-  (f(std::integral_constant<int, kI>{}, args...), ...);
-}
-
 // Waits until at most kPending groups are in flight: part, the older group's, is then readable.
 template <int kPending, int kRegs>
 __device__ __forceinline__ void wait_stages(float (&part)[kRegs]) {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
   pin(part);
+}
+
+// K through two part buffers taking turns: unit u + 1's WGMMAs run while unit u's part is promoted.
+// A unit is kSumK of K, kUnits of them a stage. begin(integral_constant<int, i>, into) issues unit i
+// of a run into `into` and returns what finishing it needs (a token: its scales, the stage to hand
+// back); finish(from, token) promotes a finished unit (and hands its stage back). Runs of whole
+// stages (kRun, then 2, then 1), unrolled, so that no WGMMA is in flight where a branch is taken
+// (ptxas serializes them otherwise); a run ends with none in flight.
+template <int kIndex, int kLen, typename Parts, typename Token, typename Begin, typename Finish>
+__device__ __forceinline__ void two_part_step(Parts& parts, Token (&token)[2], Begin& begin, Finish& finish) {
+  constexpr int kBuf = kIndex % 2;
+  wait_stages<kIndex + 1 < kLen ? 1 : 0>(parts[kBuf]);
+  finish(parts[kBuf], token[kBuf]);
+  if constexpr (kIndex + 2 < kLen) token[kBuf] = begin(std::integral_constant<int, kIndex + 2>{}, parts[kBuf]);
+}
+
+template <int kLen, typename Parts, typename Begin, typename Finish, int... kI>
+__device__ __forceinline__ void two_part_run(Parts& parts, Begin& begin, Finish& finish, std::integer_sequence<int, kI...>) {
+  using Token = decltype(begin(std::integral_constant<int, 0>{}, parts[0]));
+  Token token[2];
+  token[0] = begin(std::integral_constant<int, 0>{}, parts[0]);
+  if constexpr (kLen > 1) token[1] = begin(std::integral_constant<int, 1>{}, parts[1]);
+  (two_part_step<kI, kLen>(parts, token, begin, finish), ...);
+}
+
+template <int kUnits, int kRun, typename Parts, typename Begin, typename Finish>
+__device__ __forceinline__ void two_part_loop(int k_blocks, Parts& parts, Begin& begin, Finish& finish) {
+  auto run = [&](auto stages) {
+    constexpr int kLen = decltype(stages)::value * kUnits;
+    two_part_run<kLen>(parts, begin, finish, std::make_integer_sequence<int, kLen>{});
+  };
+  int left = k_blocks;
+#pragma unroll 1
+  for (; left >= kRun; left -= kRun) run(std::integral_constant<int, kRun>{});
+  if constexpr (kRun > 2) {
+    if (left >= 2) {
+      run(std::integral_constant<int, 2>{});
+      left -= 2;
+    }
+  }
+  if (left == 1) run(std::integral_constant<int, 1>{});
 }
 
 // A box of a 1-D tensor map (the scale arrays) at element x into shared memory; completes on bar.
@@ -360,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kTwoParts = kN == 128;
   static_assert(kSumK == 128 || (kSumK == 32 && kTwoParts), "f32 every 32 of K: the 128-column tiles (two parts)");
   constexpr int kUnits = kTileK / kSumK;      // WGMMA groups per stage, each promoted alone
-  constexpr int kRun = kSumK == 128 ? 4 : 2;  // stages per unrolled run
+  constexpr int kRun = kSumK == 128 ? 4 : 2;  // stages per unrolled run (two_part_loop)
   float acc[kRegs], acc_up[S::kPaired ? kRegs : 1], parts[2][kRegs];
   float(&part)[kRegs] = parts[0];
   const std::uint64_t desc_a0 = smem_descriptor(tiles + std::uint32_t(c * 64 * kTileK));
@@ -415,15 +450,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kRegs; ++i) acc_up[i] = 0.0f;
       }
       if constexpr (kTwoParts) {
-        // Units of kSumK of K (a stage, or one WGMMA of it), each from zero into parts[0] or [1] by
-        // turns: unit u + 1's WGMMAs run while unit u's part is promoted. In runs of whole stages
-        // (kRun, then 2, then 1), unrolled, so that no WGMMA is in flight where a branch is taken
-        // (ptxas serializes them otherwise); a run ends with none in flight.
+        struct Token {
+          Scales sc;
+          int done = -1;  // the stage to hand back once the unit is done (its stage's last), or -1
+        };
         Scales stage_sc{};  // the current stage's, read at its first unit
         int kb_next = 0;    // the K block of the next unit's stage
-        // (into and the arrays below are auto&: nvcc 13's front end crashes on array-typed parameters
-        // of a generic lambda nested in another)
-        auto begin = [&](auto unit, auto& into, int& done) {
+        // (into is auto&: nvcc 13's front end crashes on array-typed parameters of a generic lambda
+        // nested in another)
+        auto begin = [&](auto unit, auto& into) {
           constexpr int kJ = decltype(unit)::value % kUnits;  // the unit's place in its stage
           if constexpr (kJ == 0) {
             barrier_wait(full + 8 * stage, parity);
@@ -439,44 +474,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             pin(into);
           }
-          done = -1;
+          Token token{stage_sc, -1};
           if constexpr (kJ == kUnits - 1) {  // the stage's last unit: it goes back once this is done
-            done = stage;
+            token.done = stage;
             ++kb_next;
             advance(stage, parity);
           }
-          return stage_sc;
+          return token;
         };
-        auto finish = [&](float(&from)[kRegs], const Scales& sc, int done) {
-          if (done >= 0) release(done);
-          promote(from, sc);
+        auto finish = [&](auto& from, const Token& token) {
+          if (token.done >= 0) release(token.done);
+          promote(from, token.sc);
         };
-        // Unit i of a run of kLen units (i in parts[i % 2]): promoted once done, unit i + 2 started.
-        auto step = [&](auto i, auto length, auto& sc, auto& done) {
-          constexpr int kIndex = decltype(i)::value, kLen = decltype(length)::value, kBuf = kIndex % 2;
-          wait_stages<kIndex + 1 < kLen ? 1 : 0>(parts[kBuf]);
-          finish(parts[kBuf], sc[kBuf], done[kBuf]);
-          if constexpr (kIndex + 2 < kLen)
-            sc[kBuf] = begin(std::integral_constant<int, kIndex + 2>{}, parts[kBuf], done[kBuf]);
-        };
-        auto run = [&](auto length) {
-          constexpr int kLen = decltype(length)::value;
-          Scales sc[2];
-          int done[2] = {-1, -1};
-          sc[0] = begin(std::integral_constant<int, 0>{}, parts[0], done[0]);
-          if constexpr (kLen > 1) sc[1] = begin(std::integral_constant<int, 1>{}, parts[1], done[1]);
-          unrolled(step, std::make_integer_sequence<int, kLen>{}, length, sc, done);
-        };
-        int left = k_blocks;
-#pragma unroll 1
-        for (; left >= kRun; left -= kRun) run(std::integral_constant<int, kRun * kUnits>{});
-        if constexpr (kRun > 2) {
-          if (left >= 2) {
-            run(std::integral_constant<int, 2 * kUnits>{});
-            left -= 2;
-          }
-        }
-        if (left == 1) run(std::integral_constant<int, kUnits>{});
+        two_part_loop<kUnits, kRun>(k_blocks, parts, begin, finish);
       } else {
 #pragma unroll 1
         for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
