@@ -11,8 +11,7 @@
 //   3. one producer thread: per 128 of K, TMA of the W tile (128 x 128), the tile's rows in boxes of
 //      32 (as many as its N), their A scales and the W tile's scale (1-D tensor maps)
 //   4. two math warpgroups of 64 W rows: per stage four WGMMAs m64 nN k32 chained into part, then
-//      acc += part x a_scale (of the part's row, its column here) x w_scale, then the stage goes back;
-//      N <= 128: two part buffers, the next stage's WGMMAs running while this one's part is promoted
+//      acc += part x a_scale (of the part's row, its column here) x w_scale, then the stage goes back
 //   5. out: D[row][channel] is acc transposed: stmatrix .trans into a per-warp staging buffer (32 rows
 //      x this warp's 16 channels), then 16-byte stores, two lanes to a row's 32-byte sector
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
@@ -173,15 +172,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const ScaleIndex at = fp8_block::scale_index(scale_maps, t, k_blocks, n_blocks, 0);
     auto k_loop = [&](auto tokens) {
       constexpr int kN = decltype(tokens)::value, kRegs = kN / 2;
-      // parts[b][i], acc[i]: W row lo (i % 4 < 2) or lo + 8, tile row 8 (i / 4) + 2 (lane % 4) + i % 2
-      float acc[kRegs];
+      // part[i], acc[i]: W row lo (i % 4 < 2) or lo + 8, tile row 8 (i / 4) + 2 (lane % 4) + i % 2
+      float acc[kRegs], part[kRegs];
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
-      // acc += part x a_scale (of the part's row, its column here) x w_scale, from the stage's scales
-      // (read before the stage goes back)
-      auto promote = [&](const float(&part)[kRegs], int s, int kb) {
-        const float w = scale_w[s * kWScaleSlot + (at.w_at(kb) & 3)];
-        const float* a = scale_a + s * kAScaleSlot + (at.a_at(kb) & 3) + 2 * (lane % 4);
+#pragma unroll 1
+      for (int kb = 0; kb < k_blocks; ++kb, advance()) {
+        barrier_wait(full + 8 * stage, parity);
+        fp8_block::issue_stage<kN>(part, desc_w0 + std::uint64_t(stage) * kStageDesc,
+                                   desc_t0 + std::uint64_t(stage) * kStageDesc);
+        fp8_block::wait_stages<0>(part);
+        const float w = scale_w[stage * kWScaleSlot + (at.w_at(kb) & 3)];
+        const float* a = scale_a + stage * kAScaleSlot + (at.a_at(kb) & 3) + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j) {
           const float s0 = a[8 * j] * w, s1 = a[8 * j + 1] * w;
@@ -191,37 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc[4 * j + 3] += part[4 * j + 3] * s1;
         }
         __syncwarp();  // every lane's scale reads are done: lane 0 hands the stage back
-        if (lane == 0) barrier_arrive(empty + 8 * s);
-      };
-      auto issue = [&](float(&into)[kRegs]) {
-        barrier_wait(full + 8 * stage, parity);
-        fp8_block::issue_stage<kN>(into, desc_w0 + std::uint64_t(stage) * kStageDesc,
-                                   desc_t0 + std::uint64_t(stage) * kStageDesc);
-      };
-      if constexpr (kN <= 128) {
-        // Two part buffers (acc and both parts fit the registers up to 128 rows): the next stage's
-        // WGMMAs run while this one's part is promoted.
-        struct Token {
-          int stage = 0, kb = 0;
-        };
-        float parts[2][kRegs];
-        int kb_next = 0;
-        auto begin = [&](auto, auto& into) {
-          issue(into);
-          const Token token{stage, kb_next++};
-          advance();
-          return token;
-        };
-        auto finish = [&](auto& from, const Token& token) { promote(from, token.stage, token.kb); };
-        fp8_block::two_part_loop<1, 4>(k_blocks, parts, begin, finish);
-      } else {
-        float part[kRegs];
-#pragma unroll 1
-        for (int kb = 0; kb < k_blocks; ++kb, advance()) {
-          issue(part);
-          fp8_block::wait_stages<0>(part);
-          promote(part, stage, kb);
-        }
+        if (lane == 0) barrier_arrive(empty + 8 * stage);
       }
       store_transposed<kN>(p, t, acc, c * 64 + warp * 16, staging);
     };
