@@ -19,7 +19,8 @@ template <Emit kEmit, Activation kAct>
 void launch_groups(const ActParams& kp, cudaStream_t stream) {
   // Runs of kRowsPerWarp rows or more per warp, 8 warps per block, a few waves of resident blocks.
   const unsigned blocks = grid_size(ceil_div(kp.max_rows, kRowsPerWarp), kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
-  launch_dependent(activate_groups<kEmit, kAct>, dim3(blocks), dim3(kThreads), 0, stream, kp);
+  activate_groups<kEmit, kAct><<<blocks, kThreads, 0, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("activate_groups");
 }
 
 template <Emit kEmit>
@@ -34,8 +35,9 @@ void launch_groups(const ActParams& kp, cudaStream_t stream) {
 
 template <Activation kAct>
 void launch_rows(const ActParams& kp, std::size_t shared, cudaStream_t stream) {
-  launch_dependent(activate_rows<kAct>, dim3(grid_size(kp.max_rows, 1, std::int64_t(multiprocessor_count()) * 8)),
-                   dim3(kThreads), shared, stream, kp);
+  if (shared > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(&activate_rows<kAct>), int(shared));
+  activate_rows<kAct><<<grid_size(kp.max_rows, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("activate_rows");
 }
 
 }  // namespace

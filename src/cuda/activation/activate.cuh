@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "moekit/config.h"
@@ -133,8 +132,6 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 // the H200 than four (docs/PERF.md).
 template <Emit kEmit, Activation kAct>
 __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
-  dependent_wait();
-  allow_dependents();
   constexpr int kUnroll = 2;
   __shared__ float reduce[32];
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
@@ -205,8 +202,6 @@ __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
 // fp8-rowwise: a block per row; the activated row waits in shared memory for its scale.
 template <Activation kAct>
 __global__ void __launch_bounds__(256) activate_rows(ActParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ float4 shared4[];
   float* act = reinterpret_cast<float*>(shared4);  // [I]
   __shared__ float reduce[32];

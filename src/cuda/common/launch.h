@@ -5,8 +5,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -46,17 +44,6 @@ inline void allow_dynamic_shared(const void* kernel, int bytes) {
   if (given >= bytes) return;
   MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   given = bytes;
-}
-
-// Whether launch_dependent (dependent_launch.cuh) lets a kernel begin while the one before it
-// finishes: MOEKIT_PDL=off in the environment at the first launch turns it off; tests switch it
-// to compare the two.
-inline std::atomic<bool>& dependent_launch_switch() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("MOEKIT_PDL");
-    return !(v && std::strcmp(v, "off") == 0);
-  }()};
-  return on;
 }
 
 inline unsigned grid_size(std::int64_t work, std::int64_t per_block, std::int64_t cap = 1 << 30) {

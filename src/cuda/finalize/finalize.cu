@@ -23,7 +23,8 @@ void launch(const Problem& p, const FinParams& kp, cudaStream_t stream) {
   const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(vectors, kPerThread), 32) * 32, 32, 512));
   const std::size_t shared = std::size_t(p.top_k) * 8;
   const unsigned blocks = grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 64);
-  launch_dependent(finalize_tokens<kVec, kPerThread, kBatch>, dim3(blocks), dim3(unsigned(threads)), shared, stream, kp);
+  finalize_tokens<kVec, kPerThread, kBatch><<<blocks, threads, shared, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("finalize_tokens");
 }
 
 }  // namespace

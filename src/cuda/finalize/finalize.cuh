@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/vec.cuh"
 
 namespace moekit::cuda::finalize {
@@ -42,8 +41,6 @@ __device__ __forceinline__ void store_vec(std::uint16_t* p, const float (&x)[kVe
 // Slots are read kBatch at a time (all their loads in flight), then added in slot order.
 template <int kVec, int kPerThread, int kBatch>
 __global__ void __launch_bounds__(512) finalize_tokens(FinParams p) {
-  dependent_wait();
-  allow_dependents();
   using R = typename Raw<kVec>::type;
   extern __shared__ float4 shared4[];
   std::int32_t* rows = reinterpret_cast<std::int32_t*>(shared4);  // [k]

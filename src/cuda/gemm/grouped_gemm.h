@@ -116,11 +116,6 @@ struct GroupedGemmArgs {
   // null: every row of offsets
   const std::int32_t* counts = nullptr;
   ActivatedOut activated = {};  // GemmOutput::activated_fp8 only (d unused then)
-  // The kernels that begin while the kernel before them finishes (cuda/common/dependent_launch.cuh;
-  // the decode tiles): offsets and counts were written at least two kernels before this one on the
-  // stream, so the kernel may read them, and stream its first weight stages, before it waits for
-  // the kernel before it. false: it waits first.
-  bool plan_ready = false;
 };
 
 // Whether the kernel of (kind, tile) computes and writes only the first counts[e] rows of a

@@ -6,10 +6,7 @@
 //   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
 //      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile,
-//      and cp.async of the stage's block scales (the rows' and the W tile's) into shared memory.
-//      Launched as a dependent of the kernel before (cuda/common/dependent_launch.cuh); with
-//      plan_ready, the block's first tile's first W tiles are on their way before it waits for that
-//      kernel's rows
+//      and cp.async of the stage's block scales (the rows' and the W tile's) into shared memory
 //   3. two consumer warpgroups, 64 W rows each: per stage four WGMMAs m64 n kN k32 chained, then
 //      acc += (w_scale * a_scale[row]) * part, the stage handed back once its WGMMAs are done
 //   4. bf16 out, D[row][channel], for the rows of the group that carry data (counts); nothing
@@ -18,7 +15,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -45,35 +41,22 @@ struct Shape {
 
 template <int kN>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p,
-               bool plan_ready) {
+    fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p) {
   using S = Shape<kN>;
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
   const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, 0, unused);
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
   __syncthreads();
-  // Launched as a dependent (dependent_launch.cuh): the rows and their scales come from the kernel
-  // before; the tiles (offsets, counts) from it too unless plan_ready. Only the producer warp reads
-  // what that kernel wrote; the consumers read shared memory and the tiles.
-  if (!plan_ready) dependent_wait();
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
 
   if (warpgroup == 0) {  // the producer: warp 0
     if (threadIdx.x >= 32) return;
-    int position = 0, index = int(blockIdx.x), w_issued = 0;
+    int position = 0;
     Tile t;
-    bool found = find_tile<kN>(p, index, t);
-    if (plan_ready) {  // the first tile's first weights stream while the kernel before finishes
-      if (found) w_issued = prefetch_weights(map_w, p, t, ring);
-      dependent_wait();
-    }
-    allow_dependents();
-    for (; found; index += int(gridDim.x), found = find_tile<kN>(p, index, t)) {
-      produce<true, kN>(map_a, map_w, p, t, ring, position, w_issued);
-      w_issued = 0;
-    }
+    for (int index = int(blockIdx.x); find_tile<kN>(p, index, t); index += int(gridDim.x))
+      produce<true, kN>(map_a, map_w, p, t, ring, position);
     return;
   }
 
@@ -130,8 +113,9 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   TileLaunch l = tile_launch(desc, args, kN);
   if (l.blocks == 0) return;
   const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
-  launch_dependent(fp8_decode<kN>, dim3(grid), dim3(kThreads), S::kSmemBytes, stream, l.map_a, l.map_w, l.params,
-                   args.plan_ready);
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN>), S::kSmemBytes);
+  fp8_decode<kN><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params);
+  MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 
 }  // namespace moekit::cuda::sm90::fp8_decode

@@ -285,11 +285,10 @@ __device__ __forceinline__ RingSlot ring_slot(const Ring& ring, int position) {
 // Warp 0 of the producer warpgroup: lane 0 issues the TMA; with kStageScales (block scales) the
 // lanes also copy the stage's A and W scales into shared memory by cp.async, which the stage's full
 // barrier waits for, so that neither the consumers nor the producer wait on a global load.
-// position: the ring position of the tile's first K block; advanced past its last. The first
-// w_issued K blocks' W tiles are in flight already (prefetch_weights: the tile is a block's first).
+// position: the ring position of the tile's first K block; advanced past its last.
 template <bool kStageScales, int kRows>
 __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p, const Tile& t,
-                                        const Ring& ring, int& position, int w_issued = 0) {
+                                        const Ring& ring, int& position) {
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int n_blocks = (p.n + kTileN - 1) / kTileN;
@@ -300,12 +299,10 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
     const int s = slot.stage;
     barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
     if (lane == 0) {
+      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
       const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
-      if (kb >= w_issued) {
-        barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
-        tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * p.n + t.n0, ring.full + 8 * s);
-      }
       tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
+      tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * p.n + t.n0, ring.full + 8 * s);
     }
     if (kStageScales) {
       // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
@@ -316,20 +313,6 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_a, const CUtensor
       barrier_arrive_when_copied(ring.full + 8 * s);
     }
   }
-}
-
-// A fresh ring's first stages (at most all of them) take the W tiles of tile t's first K blocks,
-// each stage's full barrier told the whole stage's bytes (produce then adds the rest); lane 0 of
-// the producer warp issues them. Returns how many K blocks' W tiles are in flight.
-__device__ __forceinline__ int prefetch_weights(const CUtensorMap& map_w, const Params& p, const Tile& t, const Ring& ring) {
-  const int issued = min(ring.stages, (p.k + kTileK - 1) / kTileK);
-  if (threadIdx.x % 32 == 0)
-    for (int s = 0; s < issued; ++s) {
-      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
-      tma_load(ring.tiles + std::uint32_t(s * ring.stage_bytes + ring.a_bytes), &map_w, s * kTileK, t.group * p.n + t.n0,
-               ring.full + 8 * s);
-    }
-  return issued;
 }
 
 // Channel scales (a row's one scale; fp8_channel) of rows lo and lo + 8 of the tile's group.

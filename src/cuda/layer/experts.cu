@@ -146,7 +146,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.data,
                        weights_.w13_scales.ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
-    a1.plan_ready = true;  // the plan, then the gather (or the scales' expansion), then GEMM1
     if (activated)
       a1.activated = {b.q2, b.s2, config_.activation, config_.swiglu_alpha, config_.swiglu_limit,
                       config_.quant.scale_format == ScaleFormat::ue8m0};
@@ -168,7 +167,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.data,
                        weights_.w2_scales.ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
-    a2.plan_ready = true;
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -252,7 +250,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(sp, "gemm2", stream);
     GroupedGemmArgs ga2{b.q2, fp8 ? b.s2 : nullptr, b.offsets, weights_.w2.data, weights_.w2_scales.ptr<float>(),
                         args.out.ptr<bf16>(), b.counts};
-    ga2.plan_ready = true;  // the block plan came before GEMM1 (GEMM1's own waits for it)
     run_grouped_gemm(g2.first, g2.second, ga2, b.gemm2_ws.data, stream);
   }
 

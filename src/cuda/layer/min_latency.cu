@@ -13,6 +13,8 @@
 namespace moekit::cuda::min_latency {
 namespace {
 
+constexpr std::size_t kDefaultShared = 48 * 1024;
+
 std::int64_t slots(const Problem& p) { return p.tokens * p.config.top_k(); }
 
 // Work entries the plan can write: one per expert hit, plus one per further 32 rows.
@@ -57,6 +59,25 @@ Buffers carve(core::Carver& c, const Problem& p) {
 std::size_t gemm2_shared(const Problem& p) {
   return gemm2_ring_bytes() + sizeof(int) * 3 * std::size_t((max_entries(p) + 3) / 4 * 4) +
          sizeof(float) * kChannels * std::size_t(slots(p));
+}
+
+// A launch that may begin while the previous kernel on the stream finishes (the kernel waits
+// for it with griddepcontrol.wait before reading what it wrote); opts in to `shared` bytes.
+template <typename... Params, typename... Values>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                      Values... values) {
+  if (shared > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared));
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, values...));
 }
 
 template <Activation kAct, bool kFp8>

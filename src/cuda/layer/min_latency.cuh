@@ -19,7 +19,6 @@
 #include <cstdint>
 
 #include "cuda/activation/activate.cuh"
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/quant/quantize.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/gemm/warp_mma.cuh"
@@ -91,8 +90,8 @@ template <bool kFp8>
 __global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(PrepareParams q, permute::PlanParams plan) {
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
-  dependent_wait();
-  allow_dependents();
+  grid_dependency_wait();
+  launch_dependents();
   if (blockIdx.x == 0) {
     permute::plan_in_block(plan, shared_ints, scan_shared);
     return;
@@ -238,10 +237,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
   auto partial = reinterpret_cast<float (*)[kStrips][kPasses][32][4]>(shared4);
   __shared__ int token[kEntryRows];
   __shared__ int last;
-  dependent_wait();
+  grid_dependency_wait();
   if (int(blockIdx.y) >= p.work[0]) return;
   const Entry en = entry(p, int(blockIdx.y));
-  allow_dependents();
+  launch_dependents();
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   std::uint8_t* ring = reinterpret_cast<std::uint8_t*>(shared4) + std::size_t(warp) * kGemm1Stages * R::kStage;
   const int c0 = int(blockIdx.x) * kChannels;  // activation columns [c0, c0 + 16)
@@ -438,7 +437,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(unsigned(strip_bytes)) : "memory");
   }
   __syncthreads();
-  dependent_wait();
+  grid_dependency_wait();
   auto entry_of = [&](int local) {  // this warp's local-th entry
     const int* w = work + 3 * (warp + local * kGemm2Warps);
     return Entry{w[0], w[1], w[2]};

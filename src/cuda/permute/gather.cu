@@ -74,12 +74,13 @@ void run(const GatherProblem& p, const GatherArgs& args, core::Workspace, Stream
   const unsigned blocks = unsigned(ceil_div(max_rows, kGatherRows));
   const cudaStream_t s = as_cuda(stream);
   switch (vector_bytes(p, args, kp.row_bytes)) {
-    case 16: launch_dependent(gather_rows<16>, dim3(blocks), dim3(kGatherRows * 32), 0, s, kp); break;
-    case 8: launch_dependent(gather_rows<8>, dim3(blocks), dim3(kGatherRows * 32), 0, s, kp); break;
-    case 4: launch_dependent(gather_rows<4>, dim3(blocks), dim3(kGatherRows * 32), 0, s, kp); break;
-    case 2: launch_dependent(gather_rows<2>, dim3(blocks), dim3(kGatherRows * 32), 0, s, kp); break;
-    default: launch_dependent(gather_rows<1>, dim3(blocks), dim3(kGatherRows * 32), 0, s, kp); break;
+    case 16: gather_rows<16><<<blocks, kGatherRows * 32, 0, s>>>(kp); break;
+    case 8: gather_rows<8><<<blocks, kGatherRows * 32, 0, s>>>(kp); break;
+    case 4: gather_rows<4><<<blocks, kGatherRows * 32, 0, s>>>(kp); break;
+    case 2: gather_rows<2><<<blocks, kGatherRows * 32, 0, s>>>(kp); break;
+    default: gather_rows<1><<<blocks, kGatherRows * 32, 0, s>>>(kp); break;
   }
+  MOEKIT_CUDA_CHECK_LAUNCH("gather_rows");
 }
 
 }  // namespace moekit::cuda::permute

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "moekit/config.h"
@@ -60,8 +59,6 @@ __device__ __forceinline__ void copy_row(const void* src, void* dst, int count, 
 
 template <int kBytes>
 __global__ void __launch_bounds__(kGatherRows * 32) gather_rows(GatherParams p) {
-  dependent_wait();
-  allow_dependents();
   __shared__ float staged[kGatherRows][kScaleChunk + 1];
   __shared__ RowInfo infos[kGatherRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;

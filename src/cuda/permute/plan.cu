@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "core/stages.h"
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/permute/plan.cuh"
@@ -16,8 +15,6 @@ namespace moekit::cuda::permute {
 namespace {
 
 __global__ void __launch_bounds__(256) count_subtiles(PlanParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ int shared_counts[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int subtile = blockIdx.x * (blockDim.x / 32) + warp;
@@ -36,8 +33,6 @@ __global__ void __launch_bounds__(256) count_subtiles(PlanParams p) {
 }
 
 __global__ void __launch_bounds__(256) scan_subtiles(PlanParams p) {
-  dependent_wait();
-  allow_dependents();
   __shared__ int shared[33];
   const int e = blockIdx.x;
   std::int32_t* row = p.subtile_counts + std::int64_t(e) * p.subtiles;
@@ -54,8 +49,6 @@ __global__ void __launch_bounds__(256) scan_subtiles(PlanParams p) {
 }
 
 __global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
   int* offsets = shared_ints;                 // [E_local + 1] padded first rows
@@ -109,8 +102,6 @@ __global__ void __launch_bounds__(256) assign_rows(PlanParams p) {
 }
 
 __global__ void __launch_bounds__(kOneBlockThreads) plan_one_block(PlanParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
   plan_in_block(p, shared_ints, scan_shared);
@@ -171,6 +162,11 @@ OneBlockTiling one_block_tiling(const PlanProblem& p) {
   const std::int64_t pieces = std::max<std::int64_t>(1, ceil_div(slots, std::int64_t(warps) * 32));
   const int subtiles = int(ceil_div(slots, pieces * 32));
   return {int(pieces), subtiles, fixed + std::size_t(subtiles) * std::size_t(p.rows.experts) * sizeof(int)};
+}
+
+template <typename Kernel>
+void allow_shared(Kernel kernel, std::size_t bytes) {
+  if (bytes > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(bytes));
 }
 
 }  // namespace
@@ -258,7 +254,9 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   require(!args.work || args.work_rows > 0, "permute plan: work_rows must be positive with a work list");
   if (choose_path(p) == PlanPath::one_block) {
     const OneBlockLaunch l = one_block_launch(p, args);
-    launch_dependent(plan_one_block, dim3(1), dim3(kOneBlockThreads), l.shared, s, l.params);
+    allow_shared(plan_one_block, l.shared);
+    plan_one_block<<<1, kOneBlockThreads, l.shared, s>>>(l.params);
+    MOEKIT_CUDA_CHECK_LAUNCH("plan_one_block");
     return;
   }
   PlanParams kp = params_of(p, args);
@@ -278,17 +276,22 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   if (tiles.subtiles > 0) {
     const int warps = warps_for(experts, 0);
     const std::size_t shared = std::size_t(warps) * std::size_t(experts) * sizeof(int);
-    launch_dependent(count_subtiles, dim3(grid_size(tiles.subtiles, warps)), dim3(unsigned(warps * 32)), shared, s, kp);
+    allow_shared(count_subtiles, shared);
+    count_subtiles<<<grid_size(tiles.subtiles, warps), warps * 32, shared, s>>>(kp);
+    MOEKIT_CUDA_CHECK_LAUNCH("count_subtiles");
   }
-  launch_dependent(scan_subtiles, dim3(unsigned(experts)), dim3(kThreads), 0, s, kp);
+  scan_subtiles<<<unsigned(experts), kThreads, 0, s>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("scan_subtiles");
 
   const std::size_t fixed = std::size_t(experts + 1) * sizeof(int);
   const int warps = warps_for(experts, fixed);
   const std::size_t shared = fixed + std::size_t(warps) * std::size_t(experts) * sizeof(int);
   std::int64_t blocks = std::max<std::int64_t>(1, ceil_div(tiles.subtiles, warps));
   if (kp.row_expert) blocks = std::max<std::int64_t>(blocks, std::min<std::int64_t>(ceil_div(kp.max_rows, kThreads * 8), 4096));
+  allow_shared(assign_rows, shared);
   // Full blocks: the expert-offset scan uses block barriers, so every warp takes part in it.
-  launch_dependent(assign_rows, dim3(unsigned(blocks)), dim3(unsigned(warps * 32)), shared, s, kp);
+  assign_rows<<<unsigned(blocks), warps * 32, shared, s>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("assign_rows");
 }
 
 }  // namespace moekit::cuda::permute

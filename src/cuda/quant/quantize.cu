@@ -32,8 +32,7 @@ void launch_groups(const Problem& p, const KernelParams& kp, cudaStream_t stream
     MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, quantize_groups<kOnInput, kPairs, kAhead>, kThreads, 0));
   const std::int64_t wave = std::int64_t(multiprocessor_count()) * std::max(resident, 1);
   const std::int64_t steps = p.tokens * ceil_div(ceil_div(p.hidden, kBlock), 2 * kPairs);
-  launch_dependent(quantize_groups<kOnInput, kPairs, kAhead>, dim3(grid_size(steps, kThreads / 32, wave)), dim3(kThreads), 0,
-                   stream, kp);
+  quantize_groups<kOnInput, kPairs, kAhead><<<grid_size(steps, kThreads / 32, wave), kThreads, 0, stream>>>(kp);
 }
 
 template <bool kOnInput, bool kVector>
@@ -42,20 +41,22 @@ void launch_scheme(const Problem& p, const KernelParams& kp, const Args& args, c
   const std::int64_t vectors = kVector ? n / 8 : n;
   switch (p.quant.scheme) {
     case QuantScheme::bf16:
-      launch_dependent(weighted_bf16<kVector>, dim3(elementwise_blocks(vectors)), dim3(kThreads), 0, stream, kp);
+      weighted_bf16<kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
       break;
     case QuantScheme::fp8_tensor:
       if (p.tensor_scale == TensorScale::dynamic) {
         MOEKIT_CUDA_CHECK(cudaMemsetAsync(kp.amax, 0, sizeof(float), stream));
-        launch_dependent(tensor_amax<kOnInput, kVector>, dim3(elementwise_blocks(vectors)), dim3(kThreads), 0, stream, kp);
+        tensor_amax<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
+        MOEKIT_CUDA_CHECK_LAUNCH("tensor_amax");
         if (args.reduce_amax) args.reduce_amax(kp.amax);
       }
-      launch_dependent(tensor_quantize<kOnInput, kVector>, dim3(elementwise_blocks(vectors)), dim3(kThreads), 0, stream, kp);
+      tensor_quantize<kOnInput, kVector><<<elementwise_blocks(vectors), kThreads, 0, stream>>>(kp);
       break;
     case QuantScheme::fp8_rowwise: {
       const std::size_t shared = std::size_t(p.hidden) * sizeof(float);
-      launch_dependent(quantize_rows<kOnInput, kVector>, dim3(grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8)),
-                       dim3(kThreads), shared, stream, kp);
+      auto kernel = quantize_rows<kOnInput, kVector>;
+      if (shared > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared));
+      kernel<<<grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 8), kThreads, shared, stream>>>(kp);
       break;
     }
     case QuantScheme::fp8_block:

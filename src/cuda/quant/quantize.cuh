@@ -11,7 +11,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/vec.cuh"
 
 namespace moekit::cuda::quant {
@@ -51,8 +50,6 @@ __device__ __forceinline__ void load8(const KernelParams& p, std::int64_t t, int
 // i is computed, so memory and arithmetic overlap within each warp.
 template <bool kOnInput, int kUnroll, int kAhead>
 __global__ void __launch_bounds__(256) quantize_groups(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   const int groups = (p.hidden_size + 127) / 128;
   const int steps_per_row = (groups + 2 * kUnroll - 1) / (2 * kUnroll);
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
@@ -140,8 +137,6 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 // amax, pass 2 quantizes it.
 template <bool kOnInput, bool kVector>
 __global__ void __launch_bounds__(256) quantize_rows(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ float4 shared4[];
   float* row = reinterpret_cast<float*>(shared4);  // [H]
   __shared__ float reduce[32];
@@ -185,8 +180,6 @@ __global__ void __launch_bounds__(256) quantize_rows(KernelParams p) {
 // fp8-tensor dynamic, pass 1: amax of every prepared value into *p.amax (zeroed before).
 template <bool kOnInput, bool kVector>
 __global__ void __launch_bounds__(256) tensor_amax(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   __shared__ float reduce[32];
   const std::int64_t n = p.tokens * p.hidden_size;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
@@ -212,8 +205,6 @@ __global__ void __launch_bounds__(256) tensor_amax(KernelParams p) {
 // fp8-tensor pass 2 (and the static case): one scale for everything.
 template <bool kOnInput, bool kVector>
 __global__ void __launch_bounds__(256) tensor_quantize(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   const float scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
   if (blockIdx.x == 0 && threadIdx.x == 0) p.scales[0] = scale;
   const ScaleDivision division(scale, p.given_scale == nullptr);
@@ -238,8 +229,6 @@ __global__ void __launch_bounds__(256) tensor_quantize(KernelParams p) {
 // bf16 with the weight on the input: q = bf16(x * w[t]).
 template <bool kVector>
 __global__ void __launch_bounds__(256) weighted_bf16(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   const std::int64_t n = p.tokens * p.hidden_size;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   std::uint16_t* q = static_cast<std::uint16_t*>(p.q);

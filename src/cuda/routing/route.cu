@@ -43,8 +43,10 @@ Launch plan(const Problem& p) {
 
 template <typename Kernel>
 void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t tokens, cudaStream_t stream) {
+  if (l.shared_bytes > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(l.shared_bytes));
   const unsigned blocks = grid_size(tokens, l.warps, std::int64_t(multiprocessor_count()) * 32);
-  launch_dependent(kernel, dim3(blocks), dim3(unsigned(l.warps * 32)), l.shared_bytes, stream, kp);
+  kernel<<<blocks, l.warps * 32, l.shared_bytes, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("routing kernel");
 }
 
 template <typename T, int V>

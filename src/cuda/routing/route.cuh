@@ -16,7 +16,6 @@
 
 #include <cstdint>
 
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/routing/route_math.cuh"
 #include "moekit/config.h"
@@ -646,8 +645,6 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
 // E <= 32V: V scores per lane in registers, loaded W at a time.
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -663,8 +660,6 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
 // Any E: scores and keys in shared memory.
 template <typename T>
 __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
-  dependent_wait();
-  allow_dependents();
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), true);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
