@@ -78,6 +78,7 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
   std::mt19937_64 rng(seed);
   const bool small = test::small_cases();
   std::int64_t compared = 0, differing = 0;
+  int contiguous_cases = 0;
   for (const Activation act : {Activation::silu_and_mul, Activation::gelu_and_mul, Activation::swiglu_oai, Activation::relu2})
     for (const Output& out : outputs())
       for (const std::int64_t inter : {std::int64_t(72), std::int64_t(256), std::int64_t(2048)})
@@ -104,10 +105,10 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
           const cuda::permute::PlanProblem plan_problem{rows, tokens, k, 0};
           const std::int64_t max_rows = plan_problem.max_rows();
           DeviceArray<std::int32_t> d_ids(ids), d_counts{std::size_t(local)}, d_offsets{std::size_t(local + 1)},
-              d_slot_rows(ids.size()), d_row_token{std::size_t(max_rows)}, d_dropped(1);
+              d_slot_rows(ids.size()), d_row_token{std::size_t(max_rows)}, d_row_expert{std::size_t(max_rows)}, d_dropped(1);
           test::DeviceWorkspace plan_ws(cuda::permute::workspace_size(plan_problem));
           cuda::permute::run(plan_problem, {d_ids.data(), d_counts.data(), d_offsets.data(), d_slot_rows.data(),
-                                            d_row_token.data(), nullptr, d_dropped.data()},
+                                            d_row_token.data(), d_row_expert.data(), d_dropped.data()},
                              plan_ws.get(), nullptr);
           test::sync_and_check();
           const auto counts = d_counts.download(), offsets = d_offsets.download(), row_token = d_row_token.download();
@@ -154,8 +155,10 @@ TEST(CudaActivation, EveryActivationAndOutputMatchesTheCpu) {
           d_q.poison();
           d_scales.poison();
           test::DeviceWorkspace ws(cuda::activation::workspace_size(problem));
-          cuda::activation::run(problem, {d_h1.data(), {d_offsets.data(), d_counts.data()}, d_given.data(), d_q.data(), d_scales.data(), {}},
-                                ws.get(), nullptr);
+          // Rows found by the plan's row_expert (contiguous, every other case) or by searching the offsets.
+          const bool by_row_expert = format == RowFormat::contiguous && contiguous_cases++ % 2 == 1;
+          const cuda::RowPlan row_plan{d_offsets.data(), d_counts.data(), by_row_expert ? d_row_expert.data() : nullptr};
+          cuda::activation::run(problem, {d_h1.data(), row_plan, d_given.data(), d_q.data(), d_scales.data(), {}}, ws.get(), nullptr);
           test::sync_and_check();
           const auto got_q = d_q.download();
           const auto got_scales = d_scales.download();

@@ -257,8 +257,10 @@ TEST(CudaPermute, GatherMatchesThePlan) {
     const cuda::permute::GatherProblem problem{{c.format, c.local, c.alignment, c.capacity}, c.tokens, c.top_k, g.hidden,
                                                g.scheme, g.layout};
     ASSERT_TRUE(cuda::permute::can_implement(problem)) << cuda::permute::can_implement(problem).reason();
-    cuda::permute::run(problem, {d_q.data(), d_scales.data(), {d.offsets.data(), d.counts.data()}, d.row_token.data(),
-                                 d_out.data(), d_out_scales.data()},
+    // Rows found by the plan's row_expert (contiguous, every other case) or by searching the offsets.
+    const bool by_row_expert = c.format == RowFormat::contiguous && index % 2 == 1;
+    const cuda::RowPlan row_plan{d.offsets.data(), d.counts.data(), by_row_expert ? d.row_expert.data() : nullptr};
+    cuda::permute::run(problem, {d_q.data(), d_scales.data(), row_plan, d.row_token.data(), d_out.data(), d_out_scales.data()},
                        {}, nullptr);
     test::sync_and_check();
 

@@ -15,12 +15,13 @@ struct RowsParams {
   int experts;    // E_local
   int alignment;
   int capacity;   // masked
-  const std::int32_t* offsets;  // [E_local + 1] contiguous
-  const std::int32_t* counts;   // [E_local]
+  const std::int32_t* offsets;     // [E_local + 1] contiguous
+  const std::int32_t* counts;      // [E_local]
+  const std::int32_t* row_expert;  // optional, contiguous (RowPlan::row_expert)
 };
 
 inline RowsParams rows_params(const ExpertRows& rows, const RowPlan& plan) {
-  return {rows.format, int(rows.experts), int(rows.alignment), int(rows.capacity), plan.offsets, plan.counts};
+  return {rows.format, int(rows.experts), int(rows.alignment), int(rows.capacity), plan.offsets, plan.counts, plan.row_expert};
 }
 
 enum class RowKind : std::uint8_t { token, padding, unused };
@@ -47,13 +48,18 @@ __device__ __forceinline__ RowInfo locate_row(const RowsParams& p, int row) {
     else if (j < min(round_up(count, p.alignment), p.capacity)) info.kind = RowKind::padding;
     return info;
   }
-  if (row >= __ldg(p.offsets + p.experts)) return info;
-  // The last expert whose first row is <= row (experts without rows share their start).
-  int lo = 0, hi = p.experts;  // offsets[lo] <= row < offsets[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (__ldg(p.offsets + mid) <= row) lo = mid;
-    else hi = mid;
+  int lo = 0;  // the last expert whose first row is <= row (experts without rows share their start)
+  if (p.row_expert) {
+    lo = __ldg(p.row_expert + row);
+    if (lo < 0) return info;
+  } else {
+    if (row >= __ldg(p.offsets + p.experts)) return info;
+    int hi = p.experts;  // offsets[lo] <= row < offsets[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (__ldg(p.offsets + mid) <= row) lo = mid;
+      else hi = mid;
+    }
   }
   const int base = __ldg(p.offsets + lo);
   info = {RowKind::padding, lo, row - base, base, __ldg(p.offsets + lo + 1) - base};
@@ -75,6 +81,7 @@ __device__ __forceinline__ RowInfo next_row(const RowsParams& p, const RowInfo& 
       next = {RowKind::unused, info.expert + 1, 0, row, p.capacity};
     } else {
       if (row >= __ldg(p.offsets + p.experts)) return RowInfo{RowKind::unused, 0, 0, 0, 0};
+      if (p.row_expert) return locate_row(p, row);  // past the experts without rows at once
       int e = info.expert + 1;
       while (__ldg(p.offsets + e + 1) <= row) ++e;  // experts without rows
       next = {RowKind::unused, e, 0, row, __ldg(p.offsets + e + 1) - row};

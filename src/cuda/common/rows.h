@@ -42,6 +42,11 @@ struct RowPlan {
   const std::int32_t* offsets = nullptr;  // [E_local + 1] contiguous: first padded row of each expert,
                                           //   offsets[E_local] = padded rows in use; unused for masked
   const std::int32_t* counts = nullptr;   // [E_local] rows holding a token (masked: at most capacity)
+  // Optional, contiguous: [max_rows] the local expert of each row, padding included, -1 past the
+  // rows in use (the permutation plan's row_expert). Given, a kernel finds a row's expert with one
+  // load instead of a search over the offsets (8 dependent loads for 256 experts, and a walk past
+  // each expert without rows: most of them at decode sizes).
+  const std::int32_t* row_expert = nullptr;
 };
 
 }  // namespace moekit::cuda

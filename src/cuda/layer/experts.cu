@@ -118,7 +118,7 @@ class Experts final : public core::ExpertsStage {
     const QuantScheme scheme = config_.quant.scheme;
     const bool channel = scheme == QuantScheme::fp8_rowwise || scheme == QuantScheme::fp8_tensor;
     const int rows = int(max_rows(p));
-    const RowPlan plan{b.offsets, b.counts};
+    const RowPlan plan{b.offsets, b.counts, b.row_expert};
 
     core::mark_step(p, "permute", stream);
     permute::PlanArgs plan_args;
