@@ -144,14 +144,9 @@ __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
   }
   const ScaleDivision tensor_division(tensor_scale, p.given_scale == nullptr);
   float running_max = 0.0f;
-  // The runs cover the rows in use (contiguous: offsets[E_local], read once per warp), not max_rows:
-  // at decode sizes most of max_rows is the padding room of experts without rows, and a warp with
-  // several rows of a few would walk them one after another (deepseek-v3 T=1: 4 rows a warp).
-  const int used = p.rows.format == RowFormat::contiguous ? min(p.max_rows, __ldg(p.rows.offsets + p.rows.experts))
-                                                           : p.max_rows;
-  const int per_warp = (used + warps - 1) / warps;
-  const int first = int(min(std::int64_t(warp) * per_warp, std::int64_t(used)));
-  const int last = int(min(std::int64_t(first) + per_warp, std::int64_t(used)));  // no int wrap near 2^31 rows
+  const int per_warp = (p.max_rows + warps - 1) / warps;
+  const int first = int(min(std::int64_t(warp) * per_warp, std::int64_t(p.max_rows)));
+  const int last = int(min(std::int64_t(first) + per_warp, std::int64_t(p.max_rows)));  // no int wrap near 2^31 rows
   RowInfo info{RowKind::unused, 0, 0, 0, 0};
   for (int row = first; row < last; ++row) {
     info = row == first ? locate_row(p.rows, row) : next_row(p.rows, info);
