@@ -95,6 +95,7 @@ TEST(CudaGemmChoice, ComputedRowsAreTheTilesRowTiles) {
       {GemmTile::tokens192_n128_persistent, 96, 96},  {GemmTile::m192_n128_wgmma, 200, 256},
       {GemmTile::tokens8_n128_wgmma, 3, 8},           {GemmTile::tokens32_n128_wgmma, 33, 64},
       {GemmTile::rows8_warp_mma, 9, 16},              {GemmTile::m128_n128_f16, 127, 128},
+      {GemmTile::m128_n128_persistent_k32, 130, 192}, {GemmTile::m128_n128_persistent_k32, 20, 64},
   };
   for (const auto& c : cases)
     EXPECT_EQ(cuda::computed_rows(c.tile, c.rows), c.computed) << cuda::to_string(c.tile) << ", " << c.rows << " rows";
