@@ -12,13 +12,14 @@ namespace moekit::cuda::activation {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRowsPerWarp = 4;  // activate_groups: each warp walks a run of at least this many rows
 constexpr std::int64_t kMaxRowwiseWidth = 48 * 1024;  // the row stays in shared memory as f32
 
 template <Emit kEmit, Activation kAct>
 void launch_groups(const ActParams& kp, cudaStream_t stream) {
-  // Runs of kRowsPerWarp rows or more per warp, 8 warps per block, a few waves of resident blocks.
-  const unsigned blocks = grid_size(ceil_div(kp.max_rows, kRowsPerWarp), kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
+  // Runs of kItemsPerWarp items (256 columns of a row) or more per warp, 8 warps per block, a few
+  // waves of resident blocks.
+  const std::int64_t items = std::int64_t(kp.max_rows) * ceil_div(kp.groups, 2);
+  const unsigned blocks = grid_size(ceil_div(items, kItemsPerWarp), kThreads / 32, std::int64_t(multiprocessor_count()) * 32);
   activate_groups<kEmit, kAct><<<blocks, kThreads, 0, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("activate_groups");
 }

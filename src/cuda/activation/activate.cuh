@@ -1,7 +1,8 @@
 // Activation + requantization kernels.
-//   groups  a warp per row, half a warp per 128-column group, 8 outputs per lane: load gate and up
-//           (16 bytes each), activate in f32, then per the output: fp8 with the group's own
-//           scale, fp8 with the tensor scale, bf16, or only the amax (fp8-tensor dynamic pass 1)
+//   groups  a warp per 256 columns of a row, half a warp per 128-column group, 8 outputs per lane:
+//           load gate and up (16 bytes each), activate in f32, then per the output: fp8 with the
+//           group's own scale, fp8 with the tensor scale, bf16, or only the amax (fp8-tensor
+//           dynamic pass 1)
 //   rows    fp8-rowwise: a block per row, the activated row kept in shared memory
 #pragma once
 
@@ -126,17 +127,21 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return group_max<32>(v);
 }
 
-// A warp per row: each warp walks its own run of consecutive rows (located once, then stepped by
-// next_row); a row's 128-column groups go two at a time (a half warp each), kUnroll pairs in
-// flight. Five blocks per SM (48 registers): more warps to cover the loads' latency, faster on
-// the H200 than four (docs/PERF.md).
+// Work items of 256 columns (a row's 128-column groups two at a time, a half warp each), spread
+// over the warps in contiguous runs of at least kItemsPerWarp; kUnroll items in flight per warp.
+// Every item is one round trip, so few rows (decode: 8 rows of 4096 columns at T=1) still spread
+// over many warps: a warp per row walked its row's pairs and its run of rows one load after the
+// other (22 µs for deepseek-v3's 8 rows at T=1, docs/perf-log/decode.md). Five blocks per SM (48
+// registers): more warps to cover the loads' latency, faster on the H200 than four (docs/PERF.md).
+constexpr int kItemsPerWarp = 2;
+
 template <Emit kEmit, Activation kAct>
 __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
-  constexpr int kUnroll = 2;
+  constexpr int kUnroll = kItemsPerWarp;
   __shared__ float reduce[32];
   const int lane = threadIdx.x & 31, sub = lane & 15, half = lane >> 4;
-  const int warp = int((std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
-  const int warps = int(std::int64_t(gridDim.x) * blockDim.x / 32);
+  const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
   float tensor_scale = 0.0f;
   if (kEmit == Emit::tensor_fp8) {
     tensor_scale = p.given_scale ? __ldg(p.given_scale) : fp8_scale(*p.amax, p.ue8m0);
@@ -144,53 +149,57 @@ __global__ void __launch_bounds__(256, 5) activate_groups(ActParams p) {
   }
   const ScaleDivision tensor_division(tensor_scale, p.given_scale == nullptr);
   float running_max = 0.0f;
-  const int per_warp = (p.max_rows + warps - 1) / warps;
-  const int first = int(min(std::int64_t(warp) * per_warp, std::int64_t(p.max_rows)));
-  const int last = int(min(std::int64_t(first) + per_warp, std::int64_t(p.max_rows)));  // no int wrap near 2^31 rows
+  const int pairs = (p.groups + 1) / 2;
+  const std::int64_t items = std::int64_t(p.max_rows) * pairs;
+  const std::int64_t per_warp = (items + warps - 1) / warps;
+  const std::int64_t first = min(warp * per_warp, items), last = min(first + per_warp, items);
+  int located = -1;  // the row `info` describes: a run's items mostly share their row
   RowInfo info{RowKind::unused, 0, 0, 0, 0};
-  for (int row = first; row < last; ++row) {
-    info = row == first ? locate_row(p.rows, row) : next_row(p.rows, info);
-    if (info.kind == RowKind::unused) continue;  // warp-uniform
-    const bool token = info.kind == RowKind::token;
-    const std::uint16_t* in = p.in + std::int64_t(row) * p.in_width;
-    for (int g0 = 0; g0 < p.groups; g0 += 2 * kUnroll) {  // warp-uniform: the shuffles need all lanes
-      float x[kUnroll][8];
+  for (std::int64_t item0 = first; item0 < last; item0 += kUnroll) {
+    float x[kUnroll][8];
+    RowInfo at[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (g0 + 2 * u >= p.groups) break;  // warp-uniform: past the row's last pair
-        const int col = (g0 + 2 * u + half) * 128 + sub * 8;
-        if (token && col < p.inter) {
-          activate8<kAct>(p, in + col, x[u]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      at[u] = RowInfo{RowKind::unused, 0, 0, 0, 0};
+      if (item0 + u >= last) break;  // warp-uniform
+      const int row = int((item0 + u) / pairs), col = (int((item0 + u) % pairs) * 2 + half) * 128 + sub * 8;
+      if (row != located) {
+        info = locate_row(p.rows, row);
+        located = row;
       }
+      at[u] = info;
+      if (info.kind == RowKind::token && col < p.inter) {
+        activate8<kAct>(p, p.in + std::int64_t(row) * p.in_width + col, x[u]);
+      } else {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (g0 + 2 * u >= p.groups) break;
-        float m = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
-        if (kEmit == Emit::amax) {
-          running_max = fmaxf(running_max, m);
-          continue;
-        }
-        float scale = tensor_scale;
-        if (kEmit == Emit::group_fp8) scale = fp8_scale(group_max<16>(m), p.ue8m0);
-        const int g = g0 + 2 * u + half;
-        const int col = g * 128 + sub * 8;
-        if (col >= p.inter) continue;
-        const std::int64_t at = std::int64_t(row) * p.inter + col;
-        if (kEmit == Emit::bf16) {
-          *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + at) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
-          continue;
-        }
-        const ScaleDivision division = kEmit == Emit::group_fp8 ? ScaleDivision(scale, true) : tensor_division;
-        *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + at) = token ? quantize8(x[u], division) : make_uint2(0, 0);
-        if (kEmit == Emit::group_fp8 && sub == 0)
-          p.scales[scale_index(p.layout, info, row, g, p.groups)] = token ? scale : 0.0f;
+        for (int i = 0; i < 8; ++i) x[u][i] = 0.0f;
       }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (at[u].kind == RowKind::unused) continue;  // warp-uniform: the shuffles need all lanes
+      const bool token = at[u].kind == RowKind::token;
+      float m = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m = amax_step(m, x[u][i]);
+      if (kEmit == Emit::amax) {
+        running_max = fmaxf(running_max, m);
+        continue;
+      }
+      float scale = tensor_scale;
+      if (kEmit == Emit::group_fp8) scale = fp8_scale(group_max<16>(m), p.ue8m0);
+      const int row = int((item0 + u) / pairs), g = int((item0 + u) % pairs) * 2 + half;
+      const int col = g * 128 + sub * 8;
+      if (col >= p.inter) continue;
+      const std::int64_t out = std::int64_t(row) * p.inter + col;
+      if (kEmit == Emit::bf16) {
+        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.q) + out) = token ? pack_bf16x8(x[u]) : make_uint4(0, 0, 0, 0);
+        continue;
+      }
+      const ScaleDivision division = kEmit == Emit::group_fp8 ? ScaleDivision(scale, true) : tensor_division;
+      *reinterpret_cast<uint2*>(static_cast<std::uint8_t*>(p.q) + out) = token ? quantize8(x[u], division) : make_uint2(0, 0);
+      if (kEmit == Emit::group_fp8 && sub == 0)
+        p.scales[scale_index(p.layout, at[u], row, g, p.groups)] = token ? scale : 0.0f;
     }
   }
   if (kEmit == Emit::amax) {

@@ -67,34 +67,6 @@ __device__ __forceinline__ RowInfo locate_row(const RowsParams& p, int row) {
   return info;
 }
 
-// The row after `info`'s, without a search: the next row of the same block, else the first of
-// the next expert whose block is not empty (usually the very next one). Same result as
-// locate_row(p, info_row + 1); for walking a run of consecutive rows.
-__device__ __forceinline__ RowInfo next_row(const RowsParams& p, const RowInfo& info) {
-  if (info.span == 0) return info;  // past every block (a masked block's unused tail has a span)
-  RowInfo next = info;
-  next.index = info.index + 1;
-  if (next.index >= info.span) {
-    const int row = info.base + info.span;  // the first row past this block
-    if (p.format == RowFormat::masked) {
-      if (info.expert + 1 >= p.experts) return RowInfo{RowKind::unused, 0, 0, 0, 0};
-      next = {RowKind::unused, info.expert + 1, 0, row, p.capacity};
-    } else {
-      if (row >= __ldg(p.offsets + p.experts)) return RowInfo{RowKind::unused, 0, 0, 0, 0};
-      if (p.row_expert) return locate_row(p, row);  // past the experts without rows at once
-      int e = info.expert + 1;
-      while (__ldg(p.offsets + e + 1) <= row) ++e;  // experts without rows
-      next = {RowKind::unused, e, 0, row, __ldg(p.offsets + e + 1) - row};
-    }
-  }
-  const int count = __ldg(p.counts + next.expert);
-  if (next.index < count) next.kind = RowKind::token;
-  else if (p.format == RowFormat::contiguous || next.index < min(round_up(count, p.alignment), p.capacity))
-    next.kind = RowKind::padding;
-  else next.kind = RowKind::unused;
-  return next;
-}
-
 // Float index of scale group g (of `groups` per row) of a row.
 __device__ __forceinline__ std::int64_t scale_index(ScaleLayout layout, const RowInfo& info, int row, int g,
                                                     int groups) {

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Decode and middle T on a GPU machine, in steps (issue #30's figures): the CUDA tests of a filter,
+# ncu's time of every kernel of `moekit run` (the second call's), the warp stall reasons of the
+# kernels around the GEMMs, and `moekit bench --inputs` on each preset's layer file beside vLLM's two
+# GEMMs (../shared/peers/vllm, carried as .peers/vllm) on the same file, same call. A table last.
+#   MOEKIT_GLUE_STEPS="tests ncu peers"       (also: stalls)
+#   MOEKIT_TEST_FILTER='CudaActivation*:...'  the tests step's CUDA tests
+#   MOEKIT_NCU_RUNS="deepseek-v3:1 qwen3-30b-a3b:8"   preset:T pairs the ncu and stalls steps profile
+#   MOEKIT_GLUE_PATH=staged                   --path of the profiled runs
+#   MOEKIT_PEER_PRESETS=qwen3-30b-a3b,deepseek-v3   MOEKIT_PEER_TOKENS=1,8,64,512
+#   carry: .cutlass .gtest (no registry there), .peers/vllm for the peers step
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/device-out}"
+mkdir -p "$out"
+steps="${MOEKIT_GLUE_STEPS:-tests ncu peers}"
+runs="${MOEKIT_NCU_RUNS:-deepseek-v3:1 qwen3-30b-a3b:8}"
+path="${MOEKIT_GLUE_PATH:-staged}"
+peer_tokens="${MOEKIT_PEER_TOKENS:-1,8,64,512}"
+export PATH="/usr/local/cuda/bin:$PATH"
+export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1
+build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+start=$SECONDS
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
+      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" >"$out/build.log" 2>&1 ||
+   ! cmake --build "$build" -j 16 --target test_cuda moekit_cli >>"$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -n 30
+  echo "BUILD FAILED"
+  exit 1
+fi
+echo "built in $((SECONDS - start)) s"
+[ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib:${LD_LIBRARY_PATH:-}"
+cli="$build/moekit"
+status=0
+summary=()
+
+if [[ " $steps " == *" tests "* ]]; then
+  filter="${MOEKIT_TEST_FILTER:-CudaActivation*:CudaRows*:CudaPermute*:CudaLayer*:CudaFinalize*:CudaRouting*}"
+  echo "== test_cuda $filter"
+  timeout "${MOEKIT_TEST_TIMEOUT:-300}" "$build/tests/test_cuda" --gtest_color=no --gtest_filter="$filter" \
+    >"$out/tests.log" 2>&1 || status=1
+  grep -E "^\[  FAILED|Failure|Expected|Which is" "$out/tests.log" | head -n 30
+  summary+=("tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')")
+fi
+
+# Kernel names shortened for the table: the template arguments dropped.
+short() { sed -E 's/\(.*//; s/<.*//; s/^void //; s/.*:://'; }
+
+if [[ " $steps " == *" ncu "* ]]; then
+  for run in $runs; do
+    IFS=: read -r preset t <<<"$run"
+    echo "== ncu gpu__time_duration: moekit run --preset $preset --tokens $t --path $path (us, the second call)"
+    timeout 200 ncu --metrics gpu__time_duration.sum --csv "$cli" run --preset "$preset" --tokens "$t" --backend cuda \
+      --path "$path" >"/tmp/ncu_${preset}_$t.csv" 2>/dev/null || status=1
+    python3 - "/tmp/ncu_${preset}_$t.csv" <<'PY' | tee -a "$out/ncu.txt"
+import csv, re, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
+times = [(re.sub(r"\(.*|<.*|^void |.*::", "", r[name]), float(r[value].replace(",", "")) / 1000) for r in rows]
+second = times[len(times) // 2:]
+print("  ".join(f"{n}={t:.1f}" for n, t in second), f"| sum {sum(t for _, t in second):.1f}")
+PY
+  done
+fi
+
+if [[ " $steps " == *" stalls "* ]]; then
+  for run in $runs; do
+    IFS=: read -r preset t <<<"$run"
+    echo "== ncu WarpStateStats, kernels other than the GEMMs: $preset T=$t"
+    timeout 200 ncu --section WarpStateStats --section LaunchStats --section SpeedOfLight --clock-control none \
+      -k 'regex:^(?!.*gemm).*' "$cli" run --preset "$preset" --tokens "$t" --backend cuda --path "$path" \
+      >"$out/stalls_${preset}_$t.txt" 2>&1 || status=1
+    grep -E "^  [a-z_]+.*\(|Duration|Warp Cycles Per Issued|Grid Size|Block Size|Registers Per" "$out/stalls_${preset}_$t.txt" | head -n 80
+  done
+fi
+
+if [[ " $steps " == *" peers "* ]]; then
+  for preset in $(echo "${MOEKIT_PEER_PRESETS:-qwen3-30b-a3b,deepseek-v3}" | tr ',' ' '); do
+    echo "== $preset: moekit bench --inputs (the preset's T=4096 layer file) and vLLM's GEMMs on it, T=$peer_tokens"
+    layer="/tmp/layer_$preset.safetensors" dump="/tmp/dump_$preset.safetensors"
+    timeout 200 "$cli" run --preset "$preset" --tokens 4096 --backend cuda --save-layer "$layer" --dump "$dump" >/dev/null 2>&1 || status=1
+    timeout 150 "$cli" bench --inputs "$layer" --tokens "$peer_tokens" --stages --json "$out/inputs_$preset.json" \
+      >"$out/inputs_$preset.log" 2>&1 || status=1
+    (cd "$root/.peers/vllm" && timeout 200 python3 bench_vllm.py --layer "$layer" --dump "$dump" --tokens "$peer_tokens" \
+       --no-ref --out "$out/vllm_$preset.json" >"$out/vllm_$preset.log" 2>&1) || status=1
+    python3 - "$out/inputs_$preset.json" "$out/vllm_$preset.json" <<'PY' | tee -a "$out/peers.txt"
+import json, sys
+m = json.load(open(sys.argv[1]))
+try:
+    v = json.load(open(sys.argv[2]))
+except Exception as e:
+    v = {}
+peer = {}
+for r in v.get("results", []):
+    if "gemm1_plus_gemm2_us" in r: peer[int(r["T"])] = (r["gemm1_plus_gemm2_us"], r["weight_gbps_gemms"])
+print("copy", m.get("ceilings", {}).get("copy_gbs"), "GB/s")
+for c in m["cases"]:
+    t = c["tokens"]
+    steps = " ".join(f"{k}={x:.1f}" for k, x in c.get("stages", {}).items())
+    p, gbs = peer.get(t, (float("nan"), float("nan")))
+    print(f"T={t:>5} moekit {c['us']:8.1f} us  vLLM GEMMs {p:8.1f} us ({gbs:.0f} GB/s)  {steps}")
+PY
+  done
+fi
+
+echo "== summary"
+for line in "${summary[@]}"; do echo "$line"; done
+exit $status
