@@ -181,7 +181,9 @@ void run_case(const Case& c) {
   std::vector<Run> runs;
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
     const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
-                        tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma;
+                        tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma ||
+                        tile == GemmTile::tokens8_n256_act || tile == GemmTile::tokens16_n256_act ||
+                        tile == GemmTile::tokens32_n256_act;
     if (decode && max_group > 32) continue;  // decode only
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
@@ -190,7 +192,7 @@ void run_case(const Case& c) {
     r.tile = tile;
     r.desc = {c.kind, c.groups, c.n, c.k, rows, data};
     // GEMM1 + activation: N = 2I in, the activated FP8 rows [rows, I] and their scales out.
-    const bool activated = tile == GemmTile::m128_n256_persistent_act;
+    const bool activated = moekit::cuda::output_of(tile) == moekit::cuda::GemmOutput::activated_fp8;
     if (activated) r.desc.output = moekit::cuda::GemmOutput::activated_fp8;
     const moekit::Status ok = moekit::cuda::can_implement(r.desc, {tile});
     if (!ok) {

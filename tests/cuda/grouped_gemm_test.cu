@@ -464,12 +464,15 @@ TEST(CudaGroupedGemmK32, PersistentTilesGiveTheWgmmaKernelsBits) {
   }
 }
 
-// GEMM1 + activation + requantization in one kernel (m128_n256_persistent_act) against the same
-// kernel's bf16 GEMM1 (m128_n128_persistent: the same WGMMAs and promotions per column) followed by
-// the CPU's activation and 1x128 quantization: the same FP8 codes and scales, bit for bit.
+// GEMM1 + activation + requantization in one kernel (m128_n256_persistent_act; the decode kernel's
+// tokens{8,16,32}_n256_act) against the same kernel's bf16 GEMM1 (m128_n128_persistent;
+// tokens*_n128_wgmma: the same WGMMAs and promotions per column) followed by the CPU's activation
+// and 1x128 quantization: the same FP8 codes and scales, bit for bit; padding rows not written.
 struct ActCase {
   Activation act;
   Padding padding;
+  GemmTile bf16_tile = GemmTile::m128_n128_persistent;
+  GemmTile act_tile = GemmTile::m128_n256_persistent_act;
 };
 
 class CudaGroupedGemmActivated : public ::testing::TestWithParam<ActCase> {};
@@ -491,19 +494,20 @@ TEST_P(CudaGroupedGemmActivated, MatchesTheBf16GemmThenTheCpuActivation) {
   DeviceArray<float> q_scales(std::size_t(device_rows * kb2));
   cuda::GroupedGemmArgs args = g.args;
   cuda::GroupedGemmDesc desc = g.desc;
-  ASSERT_TRUE(cuda::can_implement(desc, {GemmTile::m128_n128_persistent}));
+  ASSERT_TRUE(cuda::can_implement(desc, {c.bf16_tile}));
+  ASSERT_FALSE(cuda::can_implement(desc, {c.act_tile}));
   d.poison();
-  cuda::run_grouped_gemm(desc, {GemmTile::m128_n128_persistent}, args, nullptr, nullptr);
+  cuda::run_grouped_gemm(desc, {c.bf16_tile}, args, nullptr, nullptr);
   sync_and_check();
   const std::vector<bf16> gemm1 = d.download();
 
   desc.output = cuda::GemmOutput::activated_fp8;
-  ASSERT_FALSE(cuda::can_implement(desc, {GemmTile::m128_n128_persistent}));
-  ASSERT_TRUE(cuda::can_implement(desc, {GemmTile::m128_n256_persistent_act}));
+  ASSERT_FALSE(cuda::can_implement(desc, {c.bf16_tile}));
+  ASSERT_TRUE(cuda::can_implement(desc, {c.act_tile}));
   args.activated = {q.data(), q_scales.data(), c.act, 1.702f, 7.0f, false};
   q.poison();
   q_scales.poison();
-  cuda::run_grouped_gemm(desc, {GemmTile::m128_n256_persistent_act}, args, nullptr, nullptr);
+  cuda::run_grouped_gemm(desc, {c.act_tile}, args, nullptr, nullptr);
   sync_and_check();
   const std::vector<std::uint8_t> got_q = q.download();
   const std::vector<float> got_s = q_scales.download();
@@ -541,9 +545,23 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                          ::testing::Values(ActCase{Activation::silu_and_mul, Padding::aligned},
                                            ActCase{Activation::silu_and_mul, Padding::none},
                                            ActCase{Activation::gelu_and_mul, Padding::aligned},
-                                           ActCase{Activation::swiglu_oai, Padding::aligned}),
+                                           ActCase{Activation::swiglu_oai, Padding::aligned},
+                                           ActCase{Activation::silu_and_mul, Padding::aligned, GemmTile::tokens8_n128_wgmma,
+                                                   GemmTile::tokens8_n256_act},
+                                           ActCase{Activation::silu_and_mul, Padding::none, GemmTile::tokens8_n128_wgmma,
+                                                   GemmTile::tokens8_n256_act},
+                                           ActCase{Activation::gelu_and_mul, Padding::aligned, GemmTile::tokens16_n128_wgmma,
+                                                   GemmTile::tokens16_n256_act},
+                                           ActCase{Activation::swiglu_oai, Padding::aligned, GemmTile::tokens32_n128_wgmma,
+                                                   GemmTile::tokens32_n256_act},
+                                           ActCase{Activation::silu_and_mul, Padding::none, GemmTile::tokens32_n128_wgmma,
+                                                   GemmTile::tokens32_n256_act}),
                          [](const ::testing::TestParamInfo<ActCase>& info) {
-                           return std::string(to_string(info.param.act)) + (info.param.padding == Padding::none ? "_unpadded" : "_padded");
+                           return std::string(to_string(info.param.act)) + (info.param.padding == Padding::none ? "_unpadded" : "_padded") +
+                                  (info.param.act_tile == GemmTile::tokens8_n256_act    ? "_tokens8"
+                                   : info.param.act_tile == GemmTile::tokens16_n256_act ? "_tokens16"
+                                   : info.param.act_tile == GemmTile::tokens32_n256_act ? "_tokens32"
+                                                                                        : "_persistent");
                          });
 
 }  // namespace

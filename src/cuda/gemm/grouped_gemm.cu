@@ -58,6 +58,9 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
     case GemmTile::tokens192_n128_persistent: return "<=192 rows x 128 persistent wgmma (W as A), f32 every 128 K";
     case GemmTile::m128_n128_persistent_k32: return "128x128 persistent wgmma, f32 every 32 K";
+    case GemmTile::tokens8_n256_act: return "8 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
+    case GemmTile::tokens16_n256_act: return "16 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
+    case GemmTile::tokens32_n256_act: return "32 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
   }
   return "?";
 }
@@ -178,9 +181,12 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m64_n128_wgmma:
     case GemmTile::m64_n128_f16: return up(rows, 64);
     case GemmTile::rows8_warp_mma:
-    case GemmTile::tokens8_n128_wgmma: return up(rows, 8);
-    case GemmTile::tokens16_n128_wgmma: return up(rows, 16);
-    case GemmTile::tokens32_n128_wgmma: return up(rows, 32);
+    case GemmTile::tokens8_n128_wgmma:
+    case GemmTile::tokens8_n256_act: return up(rows, 8);
+    case GemmTile::tokens16_n128_wgmma:
+    case GemmTile::tokens16_n256_act: return up(rows, 16);
+    case GemmTile::tokens32_n128_wgmma:
+    case GemmTile::tokens32_n256_act: return up(rows, 32);
     case GemmTile::m128_n128_cooperative:
     case GemmTile::m128_n128_wgmma:
     case GemmTile::m128_n128_f16: return up(rows, 128);
@@ -223,8 +229,9 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
   // (a group's base row0 * K, rows past 2^31 / K), so only the row count is bounded here.
   if (desc.max_rows >= (std::int64_t(1) << 31))
     return Status::no("rows: expected below 2^31 (32-bit row offsets), given " + std::to_string(desc.max_rows));
-  if (desc.output == GemmOutput::activated_fp8 && config.tile != GemmTile::m128_n256_persistent_act)
-    return Status::no(config.to_string() + ": writes bf16, not the activated FP8 rows");
+  if (desc.output != output_of(config.tile))
+    return Status::no(config.to_string() + (desc.output == GemmOutput::activated_fp8 ? ": writes bf16, not the activated FP8 rows"
+                                                                                  : ": writes the activated FP8 rows, not bf16"));
   const Entry* e = find(desc.kind, config.tile);
   if (!e) return Status::no("no grouped GEMM compiled for " + desc.to_string() + " with " + config.to_string());
   return e->can_implement(desc);

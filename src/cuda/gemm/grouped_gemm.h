@@ -50,11 +50,16 @@ enum class GemmTile : std::uint8_t {
   tokens192_n128_persistent,  // the persistent kernel with W as WGMMA's 64-row operand (2 warpgroups, 128
                               //   W rows) and up to 192 rows of a group as its N, in steps of 32: ragged groups
   m128_n128_persistent_k32,   // the persistent 128 x 128 tiles with f32 every 32 K (exact)
+  tokens8_n256_act,   // the decode kernel for GEMM1 + activation + requantization (GemmOutput::activated_fp8):
+  tokens16_n256_act,  //   128 gate and the 128 up W rows of the same channels, 8, 16 or 32 rows of a group
+  tokens32_n256_act,
 };
 
-// What a tile writes: the activated FP8 rows (m128_n256_persistent_act), else bf16.
+// What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), else bf16.
 constexpr GemmOutput output_of(GemmTile tile) {
-  return tile == GemmTile::m128_n256_persistent_act ? GemmOutput::activated_fp8 : GemmOutput::bf16;
+  const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::tokens8_n256_act ||
+                         tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act;
+  return activated ? GemmOutput::activated_fp8 : GemmOutput::bf16;
 }
 
 // Every tile, in the order above.
@@ -64,7 +69,8 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m192_n128_wgmma_k128,  GemmTile::m128_n128_f16,      GemmTile::m64_n128_f16,
     GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
-    GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32};
+    GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
+    GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

@@ -1,8 +1,8 @@
 // The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
 // sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel
 // (rows8, wgmma, f16, decode and the persistent block-scaled tiles are moekit's own kernels, in
-// sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16,decode,block_n128,block_n192,block_act,block_swap,
-// block_k32}.cu).
+// sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16,decode,decode_act,block_n128,block_n192,block_act,
+// block_swap,block_k32}.cu).
 #pragma once
 
 #include <cstddef>
@@ -35,7 +35,10 @@
   X(GemmKind::fp8_block, GemmTile::m128_n192_persistent, fp8_block_n192)       \
   X(GemmKind::fp8_block, GemmTile::m128_n256_persistent_act, fp8_block_act)    \
   X(GemmKind::fp8_block, GemmTile::tokens192_n128_persistent, fp8_block_swap)   \
-  X(GemmKind::fp8_block, GemmTile::m128_n128_persistent_k32, fp8_block_n128_k32)
+  X(GemmKind::fp8_block, GemmTile::m128_n128_persistent_k32, fp8_block_n128_k32) \
+  X(GemmKind::fp8_block, GemmTile::tokens8_n256_act, fp8_block_decode8_act)      \
+  X(GemmKind::fp8_block, GemmTile::tokens16_n256_act, fp8_block_decode16_act)    \
+  X(GemmKind::fp8_block, GemmTile::tokens32_n256_act, fp8_block_decode32_act)
 
 namespace moekit::cuda::sm90 {
 

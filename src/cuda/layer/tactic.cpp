@@ -20,9 +20,12 @@ namespace {
 double max_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::rows8_warp_mma: return 8;
-    case GemmTile::tokens8_n128_wgmma: return 16;
-    case GemmTile::tokens16_n128_wgmma: return 32;
-    case GemmTile::tokens32_n128_wgmma: return 64;
+    case GemmTile::tokens8_n128_wgmma:
+    case GemmTile::tokens8_n256_act: return 16;
+    case GemmTile::tokens16_n128_wgmma:
+    case GemmTile::tokens16_n256_act: return 32;
+    case GemmTile::tokens32_n128_wgmma:
+    case GemmTile::tokens32_n256_act: return 64;
     default: return 1e300;
   }
 }
@@ -58,7 +61,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     tiles.push_back(GemmTile::rows8_warp_mma);
     // moekit's decode WGMMA kernels sum 128 of K in the tensor core, as CUTLASS's tiles do.
     if (sums == GemmSums::tensor_core)
-      tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma});
+      tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
+                                 GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act});
   }
   return tiles;
 }
@@ -131,6 +135,9 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
     case GemmTile::tokens192_n128_persistent: return "tokens192_n128_persistent";
     case GemmTile::m128_n128_persistent_k32: return "m128_n128_persistent_k32";
+    case GemmTile::tokens8_n256_act: return "tokens8_n256_act";
+    case GemmTile::tokens16_n256_act: return "tokens16_n256_act";
+    case GemmTile::tokens32_n256_act: return "tokens32_n256_act";
   }
   return "";
 }

@@ -1,0 +1,280 @@
+// moekit's FP8 grouped GEMM for few rows per group (decode, the masked format): the weights are
+// WGMMA's 64-row operand and the group's rows its N of 8, 16 or 32 ("swap AB"), so that a row
+// tile of 8 tokens costs 8 rows of A, not 64, and the tensor core never is the limit: the W
+// stream is. fp8_block, f32 promotion every 128 of K (four chained WGMMAs; `fast`, the
+// tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out) and
+// sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
+//   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
+//      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles
+//   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
+//      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
+//      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory
+//   3. two consumer warpgroups, 64 W rows each (kAct: 64 gate and the 64 up rows of the same
+//      channels): per stage four WGMMAs m64 n kN k32 chained (per W tile), then
+//      acc += (w_scale * a_scale[row]) * part, the stage handed back once its WGMMAs are done
+//   4. out for the rows of the group that carry data (counts), nothing else written: bf16
+//      D[row][channel], or (kAct) the activated rows: gate and up rounded to bf16 (as GEMM1's
+//      output that the activation stage reads), activated, each row's 128 channels (both
+//      warpgroups' 64, their maxima met in shared memory) one 1x128 FP8 block, FP8 q[row][channel]
+//      and the scales in GEMM2's layout: no bf16 GEMM1 output, no activation pass
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/activation/activate.cuh"
+#include "cuda/gemm/sm90_grouped_gemm_instances.h"
+#include "cuda/gemm/sm90_wgmma.cuh"
+
+namespace moekit::cuda::sm90::fp8_decode {
+
+using namespace wgmma;
+
+constexpr int kConsumers = 2;  // warpgroups of 64 W rows (kAct: 64 channels): the 128 of a tile
+constexpr int kThreads = (1 + kConsumers) * 128;
+constexpr int kBlocksPerSm = 2;
+constexpr int kPipelineBytes = 104 * 1024;  // a block's stages, two blocks to an SM
+
+// GEMM1's activated output (kAct): q [rows, I] e4m3, scales in GEMM2's layout (group e's
+// [I/128, padded] at offsets[e] * I/128, rows contiguous).
+struct ActOut {
+  std::uint8_t* q;
+  float* scales;
+  int inter;
+  Activation act;
+  float alpha, limit;
+  bool ue8m0;
+};
+
+template <int kN, bool kAct>
+struct Shape {
+  static_assert(kN == 8 || kN == 16 || kN == 32, "row tiles of 8, 16 or 32");
+  static constexpr int kWTiles = kAct ? 2 : 1;     // gate and up
+  static constexpr int kTileABytes = kN * kTileK;  // the rows: whole 8-row swizzle atoms
+  static constexpr int kStageBytes = kTileABytes + kWTiles * kTileN * kTileK;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
+  // kAct: each consumer warp's row maxima, two tiles' worth (a tile's are read while the next
+  // tile's may be written).
+  static constexpr int kMaxBytes = kAct ? 2 * kConsumers * 4 * kN * 4 : 0;
+  // The 1024-byte alignment, the stages, the row maxima, the barriers (2 per stage), the ring's tile
+  // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
+  static constexpr int kSmemBytes =
+      1024 + kStages * kStageBytes + kMaxBytes + 2 * kStages * 8 + 32 + kStages * (kN + kWTiles) * 4;
+  static_assert(kSmemBytes * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
+};
+
+// Warp 0: per 128 of K, lane 0's TMA of the rows and of the W tile(s), the lanes' cp.async of the
+// rows' A scales and the W tiles' scales (produce() of sm90_wgmma.cuh, with kAct's second W tile).
+// w_rows: W rows per group (N; kAct 2I), the tile's n0 an output channel.
+template <int kN, bool kAct>
+__device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p,
+                                               int w_rows, const Tile& t, const Ring& ring, int& position) {
+  using S = Shape<kN, kAct>;
+  const int lane = int(threadIdx.x % 32);
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int n_blocks = (w_rows + kTileN - 1) / kTileN;
+  const float* w_scale = p.w_scales + std::size_t(t.group) * k_blocks * n_blocks + t.n0 / kTileN;
+  const int up = p.n / kTileN;  // kAct: the up rows' first scale block (I / 128) past the gate's
+  const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
+  for (int kb = 0; kb < k_blocks; ++kb, ++position) {
+    const RingSlot slot = ring_slot(ring, position);
+    const int s = slot.stage;
+    barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
+    if (lane == 0) {
+      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
+      const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
+      tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
+      tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s);
+      if (kAct)
+        tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * s);
+    }
+    // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
+#pragma unroll
+    for (int r = lane; r < kN; r += 32)
+      copy4_async(ring.scale_a + s * kN + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
+    if (lane < S::kWTiles)
+      copy4_async(ring.scale_w + S::kWTiles * s + lane, w_scale + std::size_t(kb) * n_blocks + lane * up, true, w_scale);
+    barrier_arrive_when_copied(ring.full + 8 * s);
+  }
+}
+
+// The activated rows of a tile (kAct): this thread's gate and up sums (rows 8 (i / 4) + 2 (lane % 4)
+// + i % 2 of the tile, channels lo and lo + 8 of its 128) rounded to bf16 and activated; each
+// row's maximum over the warp's 16 channels, then over the 8 consumer warps' in `maxima`
+// ([kConsumers * 4][kN], this tile's buffer), gives its 1x128 scale; FP8 q and the scales out.
+template <int kN>
+__device__ __forceinline__ void store_activated(const Params& p, const ActOut& out, const Tile& t, const float (&gate)[kN / 2],
+                                                const float (&up)[kN / 2], int lo, float* maxima) {
+  constexpr int kRegs = kN / 2, kChunks = (kRegs + 7) / 8;
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32) - 4;  // consumer warps 0..7
+  float x[kChunks * 8];
+#pragma unroll
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    float g[8], u[8], a[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int j = chunk * 8 + i;
+      g[i] = j < kRegs ? round_to_bf16(gate[j < kRegs ? j : 0]) : 0.0f;
+      u[i] = j < kRegs ? round_to_bf16(up[j < kRegs ? j : 0]) : 0.0f;
+    }
+    switch (out.act) {  // one activation per layer: uniform
+      case Activation::silu_and_mul: activation::activate_values<Activation::silu_and_mul>(g, u, out.alpha, out.limit, a); break;
+      case Activation::gelu_and_mul: activation::activate_values<Activation::gelu_and_mul>(g, u, out.alpha, out.limit, a); break;
+      case Activation::swiglu_oai: activation::activate_values<Activation::swiglu_oai>(g, u, out.alpha, out.limit, a); break;
+      case Activation::relu2: activation::activate_values<Activation::relu2>(g, u, out.alpha, out.limit, a); break;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[chunk * 8 + i] = a[i];
+  }
+  // Row r = 8 b + 2 (lane % 4) + h of the tile is this thread's x[4 b + h] and x[4 b + h + 2].
+  constexpr int kRowPairs = kN / 8;
+#pragma unroll
+  for (int b = 0; b < kRowPairs; ++b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = amax_step(amax_step(0.0f, x[4 * b + h]), x[4 * b + h + 2]);
+#pragma unroll
+      for (int offset = 4; offset < 32; offset *= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
+      if (lane < 4) maxima[warp * kN + 8 * b + 2 * lane + h] = m;
+    }
+  }
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // the consumer warpgroups
+#pragma unroll
+  for (int b = 0; b < kRowPairs; ++b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 8 * b + 2 * (lane % 4) + h;
+      float m = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kConsumers * 4; ++w) m = fmaxf(m, maxima[w * kN + row]);
+      if (t.m0 + row >= t.rows) continue;
+      const float scale = fp8_scale(m, out.ue8m0);
+      const ScaleDivision division(scale, true);
+      std::uint8_t* q = out.q + (std::size_t(t.row0) + t.m0 + row) * out.inter + t.n0 + lo;
+      q[0] = quantize1(x[4 * b + h], division);
+      q[8] = quantize1(x[4 * b + h + 2], division);
+      if (warp == 0 && lane < 4)
+        out.scales[std::size_t(t.row0) * (out.inter / kTileK) + std::size_t(t.n0 / kTileK) * t.padded + t.m0 + row] = scale;
+    }
+  }
+}
+
+template <int kN, bool kAct>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, ActOut act) {
+  using S = Shape<kN, kAct>;
+  extern __shared__ std::uint8_t smem_raw[];
+  Tile* unused = nullptr;
+  const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
+  float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
+                                           S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
+  if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
+  __syncthreads();
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
+  const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
+  // kAct: the tiles walk I's 128-channel blocks (p.n = I); W has 2I rows per group.
+  const int w_rows = kAct ? 2 * p.n : p.n;
+
+  if (warpgroup == 0) {  // the producer: warp 0
+    if (threadIdx.x >= 32) return;
+    int position = 0;
+    Tile t;
+    for (int index = int(blockIdx.x); find_tile<kN>(p, index, t); index += int(gridDim.x))
+      produce_decode<kN, kAct>(map_a, map_w, p, w_rows, t, ring, position);
+    return;
+  }
+
+  // Consumer c: W rows c * 64 ... of the tile (kAct: of its gate and of its up tile); this thread
+  // holds W rows lo and lo + 8 and, of each 8 rows of the group, the two at 2 * (lane % 4):
+  // part[i] is W row lo (i % 4 < 2) or lo + 8, group row 8 (i / 4) + 2 (lane % 4) + i % 2.
+  const int c = warpgroup - 1, warp = int(threadIdx.x / 32) % 4;
+  const int lo = c * 64 + warp * 16 + lane / 4;
+  constexpr int kRegs = kN / 2;
+  float acc[S::kWTiles][kRegs], part[S::kWTiles][kRegs] = {};
+  const std::uint64_t desc_w0 = smem_descriptor(ring.tiles + std::uint32_t(S::kTileABytes + c * 64 * kTileK));
+  const std::uint64_t desc_a0 = smem_descriptor(ring.tiles);
+  constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
+  int position = 0, tiles_done = 0;
+  Tile t;
+  for (int index = int(blockIdx.x); find_tile<kN>(p, index, t); index += int(gridDim.x), ++tiles_done) {
+#pragma unroll
+    for (int w = 0; w < S::kWTiles; ++w)
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) acc[w][i] = 0.0f;
+    for (int kb = 0; kb < k_blocks; ++kb, ++position) {
+      const RingSlot slot = ring_slot(ring, position);
+      const int s = slot.stage;
+      barrier_wait(ring.full + 8 * s, slot.parity);
+      const std::uint64_t step = std::uint64_t(s) * (S::kStageBytes / 16);
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w) pin(part[w]);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w)
+#pragma unroll
+        for (int j = 0; j < kTileK / 32; ++j)
+          fp8_wgmma_k32<kN>(part[w], desc_w0 + step + w * kUpTile + 2 * j, desc_a0 + step + 2 * j, j > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      float w_scale[S::kWTiles];
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w) w_scale[w] = ring.scale_w[S::kWTiles * s + w];
+      const float* a_scale = ring.scale_a + s * kN + 2 * (lane % 4);
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w) pin(part[w]);
+      float scale[S::kWTiles][kN / 4];  // this thread's rows' w_scale * a_scale, read before the stage goes back
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w)
+#pragma unroll
+        for (int r = 0; r < kN / 4; ++r) scale[w][r] = w_scale[w] * a_scale[8 * (r / 2) + r % 2];
+      barrier_arrive(ring.empty + 8 * s);
+#pragma unroll
+      for (int w = 0; w < S::kWTiles; ++w)
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) acc[w][i] += scale[w][2 * (i / 4) + i % 2] * part[w][i];
+    }
+    if constexpr (kAct) {
+      store_activated<kN>(p, act, t, acc[0], acc[1], lo, maxima + (tiles_done % 2) * kConsumers * 4 * kN);
+    } else {
+      // D[row][channel]: rows past the group's data and channels past N are not written.
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        const int row = t.m0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        const int channel = t.n0 + lo + (i % 4 < 2 ? 0 : 8);
+        if (row < t.rows && channel < p.n)
+          p.d[(std::size_t(t.row0) + row) * p.n + channel] = __float2bfloat16_rn(acc[0][i]);
+      }
+    }
+  }
+}
+
+// Persistent: at most two blocks per SM, each walking every grid-th tile. kAct: N = 2I (gate
+// rows, then up rows), the tiles over I.
+template <int kN, bool kAct>
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
+  using S = Shape<kN, kAct>;
+  GroupedGemmDesc tiles = desc;
+  if (kAct) tiles.n = desc.n / 2;
+  TileLaunch l = tile_launch(tiles, args, kN);
+  if (l.blocks == 0) return;
+  l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
+  const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
+  const ActivatedOut& o = args.activated;
+  const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(tiles.n), o.act, o.alpha, o.limit, o.ue8m0};
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, act);
+  MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
+}
+
+// K in whole 128-blocks (a stage is one); kAct: N = 2I with I a multiple of 128 (a tile's channels
+// are one whole scale block), a gated activation.
+inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
+  if (desc.k % kBlock != 0)
+    return Status::no("K: the decode WGMMA kernel takes whole 128-K blocks, given " + std::to_string(desc.k));
+  if (act && desc.n % (2 * kTileN) != 0)
+    return Status::no("activated out: 2I a multiple of 256, given " + std::to_string(desc.n));
+  return wgmma::can_implement(desc);
+}
+
+}  // namespace moekit::cuda::sm90::fp8_decode
