@@ -3,7 +3,9 @@
 # ncu's time of every kernel of `moekit run` (the second call's), the warp stall reasons of the
 # kernels around the GEMMs, and `moekit bench --inputs` on each preset's layer file beside vLLM's two
 # GEMMs (../shared/peers/vllm, carried as .peers/vllm) on the same file, same call. A table last.
-#   MOEKIT_GLUE_STEPS="tests ncu peers"       (also: stalls)
+#   MOEKIT_GLUE_STEPS="tests ncu peers"       (also: stalls; tune: `moekit tune` of the presets at
+#     MOEKIT_TUNE_TOKENS into $OUT/h200.json, a copy of data/tuning/h200.json, which the peers step's
+#     bench then takes: the shipped cache with those buckets re-measured)
 #   MOEKIT_TEST_FILTER='CudaActivation*:...'  the tests step's CUDA tests
 #   MOEKIT_NCU_RUNS="deepseek-v3:1 qwen3-30b-a3b:8"   preset:T pairs the ncu and stalls steps profile
 #   MOEKIT_GLUE_PATH=staged                   --path of the profiled runs
@@ -77,12 +79,26 @@ if [[ " $steps " == *" stalls "* ]]; then
   done
 fi
 
+cache=()
+if [[ " $steps " == *" tune "* ]]; then
+  cp "$root/data/tuning/h200.json" "$out/h200.json"
+  for preset in $(echo "${MOEKIT_PEER_PRESETS:-qwen3-30b-a3b,deepseek-v3}" | tr ',' ' '); do
+    echo "== moekit tune --preset $preset --tokens ${MOEKIT_TUNE_TOKENS:-1,2,4,8,16,32,64,128,256,512,1024}"
+    start=$SECONDS
+    timeout 300 "$cli" tune --preset "$preset" --tokens "${MOEKIT_TUNE_TOKENS:-1,2,4,8,16,32,64,128,256,512,1024}" \
+      --out "$out/h200.json" >"$out/tune_$preset.log" 2>&1 || status=1
+    grep -E "^ +[0-9]+ |measurements" "$out/tune_$preset.log" | cut -c1-150 | head -n 24
+    echo "tuned in $((SECONDS - start)) s"
+  done
+  cache=(--tuning-cache "$out/h200.json")
+fi
+
 if [[ " $steps " == *" peers "* ]]; then
   for preset in $(echo "${MOEKIT_PEER_PRESETS:-qwen3-30b-a3b,deepseek-v3}" | tr ',' ' '); do
     echo "== $preset: moekit bench --inputs (the preset's T=4096 layer file) and vLLM's GEMMs on it, T=$peer_tokens"
     layer="/tmp/layer_$preset.safetensors" dump="/tmp/dump_$preset.safetensors"
     timeout 200 "$cli" run --preset "$preset" --tokens 4096 --backend cuda --save-layer "$layer" --dump "$dump" >/dev/null 2>&1 || status=1
-    timeout 150 "$cli" bench --inputs "$layer" --tokens "$peer_tokens" --stages --json "$out/inputs_$preset.json" \
+    timeout 150 "$cli" bench --inputs "$layer" --tokens "$peer_tokens" "${cache[@]}" --stages --json "$out/inputs_$preset.json" \
       >"$out/inputs_$preset.log" 2>&1 || status=1
     (cd "$root/.peers/vllm" && timeout 200 python3 bench_vllm.py --layer "$layer" --dump "$dump" --tokens "$peer_tokens" \
        --no-ref --out "$out/vllm_$preset.json" >"$out/vllm_$preset.log" 2>&1) || status=1
@@ -108,4 +124,6 @@ fi
 
 echo "== summary"
 for line in "${summary[@]}"; do echo "$line"; done
+# At most 8 files come back from a lent machine: the logs go in one archive.
+(cd "$out" && tar czf logs.tgz --remove-files -- *.log *.txt 2>/dev/null)
 exit $status
