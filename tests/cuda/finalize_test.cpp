@@ -27,8 +27,10 @@ TEST(CudaFinalize, MatchesTheCpuBitForBit) {
     int top_k;
     std::int64_t hidden;
   };
-  std::vector<Shape> shapes{{0, 8, 128}, {1, 1, 128}, {1, 8, 7168}, {300, 8, 2048}, {257, 2, 72}, {64, 4, 13}, {40, 32, 9000}};
-  if (test::small_cases()) shapes = {{0, 8, 128}, {1, 1, 128}, {5, 8, 264}, {3, 2, 72}, {4, 4, 13}};
+  // Few tokens split their columns over blocks: parts of whole steps, the last one short ({3, 8, 4104}).
+  std::vector<Shape> shapes{{0, 8, 128},   {1, 1, 128},  {1, 8, 7168},   {300, 8, 2048},
+                            {257, 2, 72},  {64, 4, 13},  {40, 32, 9000}, {3, 8, 4104}};
+  if (test::small_cases()) shapes = {{0, 8, 128}, {1, 1, 128}, {5, 8, 264}, {3, 2, 72}, {4, 4, 13}, {2, 8, 1032}};
   for (const Shape& s : shapes)
     for (const bool with_weights : {true, false}) {
       SCOPED_TRACE("T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) + " H=" + std::to_string(s.hidden) +

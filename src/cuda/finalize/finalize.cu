@@ -19,10 +19,16 @@ constexpr std::int64_t kMaxTopK = 4096;
 template <int kVec>
 void launch(const Problem& p, const FinParams& kp, cudaStream_t stream) {
   const std::int64_t vectors = p.hidden / kVec;
-  // Threads so that each owns kPerThread vectors of a row (whole warps, at most 512).
-  const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(vectors, kPerThread), 32) * 32, 32, 512));
+  // Few tokens: a row's columns split over up to 2 blocks per SM in all, parts of at least 64
+  // threads' vectors (deepseek-v3 at T=1: 7 blocks of 64 threads, where one block of 448 walked
+  // the 8 slots' loads alone).
+  const std::int64_t splits = std::clamp<std::int64_t>(std::min(std::int64_t(multiprocessor_count()) * 2 / p.tokens,
+                                                                ceil_div(vectors, std::int64_t(64) * kPerThread)),
+                                                       1, 65535);
+  // Threads so that each owns kPerThread vectors of its part of a row (whole warps, at most 512).
+  const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(ceil_div(vectors, splits), kPerThread), 32) * 32, 32, 512));
   const std::size_t shared = std::size_t(p.top_k) * 8;
-  const unsigned blocks = grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 64);
+  const dim3 blocks(grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 64), unsigned(splits));
   finalize_tokens<kVec, kPerThread, kBatch><<<blocks, threads, shared, stream>>>(kp);
   MOEKIT_CUDA_CHECK_LAUNCH("finalize_tokens");
 }

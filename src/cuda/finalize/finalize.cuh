@@ -1,6 +1,7 @@
-// Finalize kernel: a block per token (grid-stride). The token's k rows and weights go to shared
-// memory; each thread owns kPerThread vectors of kVec columns, loads them for kBatch slots at
-// once, then accumulates w * x in slot order in f32 (rounded product, then add).
+// Finalize kernel: a block per token (grid-stride) and column split: a few tokens (decode) spread
+// their columns over gridDim.y blocks, so that more SMs load their rows at once. The token's k rows
+// and weights go to shared memory; each thread owns kPerThread vectors of kVec columns, loads them
+// for kBatch slots at once, then accumulates w * x in slot order in f32 (rounded product, then add).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,13 +47,17 @@ __global__ void __launch_bounds__(512) finalize_tokens(FinParams p) {
   std::int32_t* rows = reinterpret_cast<std::int32_t*>(shared4);  // [k]
   float* weights = reinterpret_cast<float*>(rows + p.top_k);      // [k]
   const int vectors = p.hidden / kVec;
+  // This block's columns: the blockIdx.y-th of gridDim.y equal parts, whole kPerThread x threads steps.
+  const int step = int(blockDim.x) * kPerThread;
+  const int part = (vectors + step * int(gridDim.y) - 1) / (step * int(gridDim.y)) * step;
+  const int begin = int(blockIdx.y) * part, end = min(vectors, begin + part);
   for (std::int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
       rows[j] = p.slot_rows[t * p.top_k + j];
       weights[j] = p.weights ? p.weights[t * p.top_k + j] : 1.0f;
     }
     __syncthreads();
-    for (int first = 0; first < vectors; first += blockDim.x * kPerThread) {
+    for (int first = begin; first < end; first += step) {
       float acc[kPerThread][kVec];
 #pragma unroll
       for (int v = 0; v < kPerThread; ++v)
@@ -67,7 +72,7 @@ __global__ void __launch_bounds__(512) finalize_tokens(FinParams p) {
 #pragma unroll
           for (int v = 0; v < kPerThread; ++v) {
             const int c = first + v * blockDim.x + threadIdx.x;
-            raw[b][v] = row >= 0 && c < vectors ? __ldg(reinterpret_cast<const R*>(src + c * kVec)) : R{};
+            raw[b][v] = row >= 0 && c < end ? __ldg(reinterpret_cast<const R*>(src + c * kVec)) : R{};
           }
         }
 #pragma unroll
@@ -86,7 +91,7 @@ __global__ void __launch_bounds__(512) finalize_tokens(FinParams p) {
 #pragma unroll
       for (int v = 0; v < kPerThread; ++v) {
         const int c = first + v * blockDim.x + threadIdx.x;
-        if (c < vectors) store_vec<kVec>(p.out + t * p.hidden + c * kVec, acc[v]);
+        if (c < end) store_vec<kVec>(p.out + t * p.hidden + c * kVec, acc[v]);
       }
     }
     __syncthreads();  // rows/weights are refilled for the next token
