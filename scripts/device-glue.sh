@@ -3,7 +3,8 @@
 # ncu's time of every kernel of `moekit run` (the second call's), the warp stall reasons of the
 # kernels around the GEMMs, and `moekit bench --inputs` on each preset's layer file beside vLLM's two
 # GEMMs (../shared/peers/vllm, carried as .peers/vllm) on the same file, same call. A table last.
-#   MOEKIT_GLUE_STEPS="tests ncu peers"       (also: stalls; tune: `moekit tune` of the presets at
+#   MOEKIT_GLUE_STEPS="tests ncu peers"       (also: sanitize, compute-sanitizer memcheck, racecheck and
+#     synccheck over MOEKIT_SANITIZE_FILTER in reduced shapes, beside the tests; stalls; tune: `moekit tune` of the presets at
 #     MOEKIT_TUNE_TOKENS into $OUT/h200.json, a copy of data/tuning/h200.json, which the peers step's
 #     bench then takes: the shipped cache with those buckets re-measured)
 #   MOEKIT_TEST_FILTER='CudaActivation*:...'  the tests step's CUDA tests
@@ -38,6 +39,18 @@ cli="$build/moekit"
 status=0
 summary=()
 
+# The sanitizers (correctness only: they time nothing) run beside the tests.
+sanitize_pids=()
+if [[ " $steps " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck synccheck; do
+    (MOEKIT_CUDA_TEST_SMALL=1 timeout "${MOEKIT_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+       --report-api-errors no --error-exitcode 3 "$build/tests/test_cuda" --gtest_color=no \
+       --gtest_filter="${MOEKIT_SANITIZE_FILTER:-*Activated*:CudaFinalize*:CudaActivation*:CudaPermute*}" \
+       >"$out/$tool.log" 2>&1; echo $? >"/tmp/$tool.rc") &
+    sanitize_pids+=($!)
+  done
+fi
+
 if [[ " $steps " == *" tests "* ]]; then
   filter="${MOEKIT_TEST_FILTER:-CudaActivation*:CudaRows*:CudaPermute*:CudaLayer*:CudaFinalize*:CudaRouting*}"
   echo "== test_cuda $filter"
@@ -47,8 +60,14 @@ if [[ " $steps " == *" tests "* ]]; then
   summary+=("tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')")
 fi
 
-# Kernel names shortened for the table: the template arguments dropped.
-short() { sed -E 's/\(.*//; s/<.*//; s/^void //; s/.*:://'; }
+if [ ${#sanitize_pids[@]} -gt 0 ]; then
+  wait "${sanitize_pids[@]}"
+  for tool in memcheck racecheck synccheck; do
+    rc=$(cat "/tmp/$tool.rc")
+    [ "$rc" = 0 ] || status=1
+    summary+=("$tool: rc $rc, $(grep -cE '^\[       OK' "$out/$tool.log") tests OK, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -n 1)")
+  done
+fi
 
 if [[ " $steps " == *" ncu "* ]]; then
   for run in $runs; do
@@ -61,7 +80,10 @@ import csv, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
 name, value = head.index("Kernel Name"), head.index("Metric Value")
-times = [(re.sub(r"\(.*|<.*|^void |.*::", "", r[name]), float(r[value].replace(",", "")) / 1000) for r in rows]
+def short(n):
+    n = re.sub(r"\(.*", "", re.sub(r"^void ", "", n.replace("<unnamed>::", "")))
+    return re.sub(r".*::", "", re.sub(r"<.*", "", n))
+times = [(short(r[name]), float(r[value].replace(",", "")) / 1000) for r in rows]
 second = times[len(times) // 2:]
 print("  ".join(f"{n}={t:.1f}" for n, t in second), f"| sum {sum(t for _, t in second):.1f}")
 PY
