@@ -39,22 +39,22 @@ template <> struct VectorOf<4> { using type = unsigned int; };
 template <> struct VectorOf<2> { using type = unsigned short; };
 template <> struct VectorOf<1> { using type = unsigned char; };
 
-// Copies (or zero-fills, src == null) `count` vectors; kUnroll loads in flight per lane, the last
-// round's predicated (a 7168-byte row of 16-byte vectors is one round: 14 per lane).
+// Copies (or zero-fills, src == null) `count` vectors; kUnroll loads in flight per lane.
 template <int kBytes>
 __device__ __forceinline__ void copy_row(const void* src, void* dst, int count, int lane) {
   using V = typename VectorOf<kBytes>::type;
-  constexpr int kUnroll = 16;
+  constexpr int kUnroll = 4;
   const V* s = static_cast<const V*>(src);
   V* d = static_cast<V*>(dst);
-  for (int c = lane; c < count; c += 32 * kUnroll) {
+  int c = lane;
+  for (; c + 32 * (kUnroll - 1) < count; c += 32 * kUnroll) {
     V v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = s && c + 32 * u < count ? __ldg(s + c + 32 * u) : V{};
+    for (int u = 0; u < kUnroll; ++u) v[u] = s ? __ldg(s + c + 32 * u) : V{};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (c + 32 * u < count) d[c + 32 * u] = v[u];
+    for (int u = 0; u < kUnroll; ++u) d[c + 32 * u] = v[u];
   }
+  for (; c < count; c += 32) d[c] = s ? __ldg(s + c) : V{};
 }
 
 template <int kBytes>
