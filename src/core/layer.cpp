@@ -212,7 +212,7 @@ struct Layer::Impl {
     } else {
       const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
       const bool whole = s.whole;
-      if (!whole) {
+      if (!whole && !stages.experts->prepares_input(p)) {
         core::mark_step(p, "quantize", stream);
         stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
       }

@@ -153,4 +153,11 @@ __device__ __forceinline__ void atomic_max_nonnegative(float* address, float val
   atomicMax(reinterpret_cast<unsigned int*>(address), __float_as_uint(value));
 }
 
+// ---- programmatic dependent launch (sm_90) ----------------------------------------------
+
+// Wait for the grid this one depends on to finish (and its memory to be visible); let the next
+// grid start launching. No-ops without the launch attribute (cuda/common/dependent_launch.cuh).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 }  // namespace moekit::cuda

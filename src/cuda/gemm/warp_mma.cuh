@@ -68,9 +68,4 @@ __device__ __forceinline__ void mma_block(const uint4 (&w_lo)[2], const uint4 (&
     }
 }
 
-// Programmatic dependent launch (sm_90): wait for the grid this one depends on to finish (and
-// its memory to be visible); let the next grid start launching. No-ops without the attribute.
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
 }  // namespace moekit::cuda

@@ -1,6 +1,7 @@
 // The Experts stage on the GPU (contiguous format): permute -> GEMM1 -> activation + requant
 // -> GEMM2, all on one stream, sizes that depend on routing kept on the device.
-//   1. plan: counts, padded offsets, slot_rows, row_token, row_expert   (permute/plan)
+//   1. plan: counts, padded offsets, slot_rows, row_token, row_expert   (permute/plan); at decode
+//      sizes (the one-block plan) with the Prepare stage's quantization in the same launch
 //   2. gather the prepared rows into expert order, scales MN-major       (permute/gather)
 //   3. GEMM1 [rows, H] x w13 -> [rows, W] bf16                           (gemm)
 //   4. activation -> GEMM2's input, fp8 + scales or bf16                 (activation)
@@ -95,6 +96,11 @@ class Experts final : public core::ExpertsStage {
 
   bool whole_layer(const core::StageProblem& p) const override { return plan(p).tactic.path == TacticPath::min_latency; }
 
+  bool prepares_input(const core::StageProblem& p) const override {
+    const Plan m = plan(p);
+    return m.status && m.prepares;
+  }
+
   Status can_implement(const core::StageProblem& p) const override { return plan(p).status; }
 
   std::size_t workspace_size(const core::StageProblem& p) const override {
@@ -128,7 +134,20 @@ class Experts final : public core::ExpertsStage {
     plan_args.slot_rows = args.slot_rows.ptr<std::int32_t>();
     plan_args.row_token = b.row_token;
     plan_args.row_expert = b.row_expert;
-    permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
+    if (m.prepares) {
+      const QuantScheme s = config_.quant.scheme;
+      permute::PrepareArgs prepare;
+      prepare.hidden = args.hidden.data;
+      prepare.weights = config_.routing.effective_placement() == WeightPlacement::input ? args.topk_weights.ptr<float>() : nullptr;
+      prepare.x = args.in.q.data;
+      prepare.x_scales = s == QuantScheme::fp8_block ? args.in.scales.ptr<float>() : nullptr;
+      prepare.hidden_size = config_.hidden_size;
+      prepare.fp8 = s == QuantScheme::fp8_block;
+      prepare.ue8m0 = config_.quant.scale_format == ScaleFormat::ue8m0;
+      permute::run_prepared(plan_problem(p), plan_args, prepare, stream);
+    } else {
+      permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
+    }
 
     permute::GatherArgs gather;
     gather.q = args.in.q.data;
@@ -282,6 +301,7 @@ class Experts final : public core::ExpertsStage {
   struct Plan {
     Tactic tactic;
     Status status = Status::ok();
+    bool prepares = false;  // the input's preparation in the plan's launch (prepares_input)
     std::size_t plan_ws = 0, gather_ws = 0, act_ws = 0, gemm1_ws = 0, gemm2_ws = 0;  // when status
   };
   static constexpr std::size_t kPlansKept = 4096;  // past this many distinct T the table starts again
@@ -305,6 +325,7 @@ class Experts final : public core::ExpertsStage {
     m.status = check(p, m.tactic);
     if (!m.status || m.tactic.path == TacticPath::min_latency) return m;
     const auto [g1, g2] = gemms(p, m.tactic);
+    m.prepares = prepares(p);
     m.plan_ws = permute::workspace_size(plan_problem(p));
     m.gather_ws = permute::workspace_size(gather_problem(p));
     m.act_ws = activation::workspace_size(activation_problem(p));
@@ -329,6 +350,16 @@ class Experts final : public core::ExpertsStage {
     s = permute::can_implement(gather_problem(p));
     if (!s) return s;
     return activation::can_implement(activation_problem(p));
+  }
+
+  // The Prepare stage's work in the plan's launch: where the plan takes one block (decode sizes),
+  // outside the expert-parallel pipeline (which prepares its own rows), for the schemes whose
+  // preparation that kernel does (fp8-block's 1x128 quantization, bf16's copy).
+  bool prepares(const core::StageProblem& p) const {
+    const QuantScheme s = config_.quant.scheme;
+    const bool scheme = (s == QuantScheme::fp8_block && config_.hidden_size % 128 == 0) ||
+                        (s == QuantScheme::bf16 && config_.hidden_size % 64 == 0);
+    return scheme && p.group == nullptr && p.tokens > 0 && permute::choose_path(plan_problem(p)) == permute::PlanPath::one_block;
   }
 
   min_latency::Problem min_latency_problem(const core::StageProblem& p) const {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/common/check.h"
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/launch.h"
 #include "cuda/layer/min_latency.cuh"
 #include "cuda/permute/plan.cuh"
@@ -12,8 +13,6 @@
 
 namespace moekit::cuda::min_latency {
 namespace {
-
-constexpr std::size_t kDefaultShared = 48 * 1024;
 
 std::int64_t slots(const Problem& p) { return p.tokens * p.config.top_k(); }
 
@@ -61,25 +60,6 @@ std::size_t gemm2_shared(const Problem& p) {
          sizeof(float) * kChannels * std::size_t(slots(p));
 }
 
-// A launch that may begin while the previous kernel on the stream finishes (the kernel waits
-// for it with griddepcontrol.wait before reading what it wrote); opts in to `shared` bytes.
-template <typename... Params, typename... Values>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
-                      Values... values) {
-  if (shared > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared));
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, values...));
-}
-
 template <Activation kAct, bool kFp8>
 void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
   const dim3 grid(unsigned(p.config.intermediate_size / kChannels), unsigned(max_entries(p)));
@@ -88,13 +68,12 @@ void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
 
 // The three launches: the input's preparation with the plan, GEMM1 + activation, GEMM2 + combine.
 template <bool kFp8>
-void launch_all(const Problem& p, const PrepareParams& q, const permute::OneBlockLaunch& plan, unsigned prepare_blocks,
-                const Params& kp, Stream stream, const core::StageProblem& steps) {
+void launch_all(const Problem& p, const permute::PlanArgs& plan, const permute::PrepareArgs& prepare, const Params& kp,
+                Stream stream, const core::StageProblem& steps) {
   const MoEConfig& c = p.config;
   const cudaStream_t s = as_cuda(stream);
   core::mark_step(steps, "permute", stream);
-  launch_dependent(prepare_and_plan<kFp8>, dim3(prepare_blocks), dim3(permute::kOneBlockThreads), plan.shared, s, q,
-                   plan.params);
+  permute::run_prepared(plan_problem(p), plan, prepare, stream);
   core::mark_step(steps, "gemm1", stream);
   switch (c.activation) {
     case Activation::silu_and_mul: launch_gemm1<Activation::silu_and_mul, kFp8>(p, kp, s); break;
@@ -183,14 +162,15 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   plan.work_rows = kEntryRows;
   plan.zeroed = b.done;
   plan.zeroed_count = max_entries(p) * (c.intermediate_size / 128);
-  const permute::OneBlockLaunch l = permute::one_block_launch(plan_problem(p), plan);
   const bool on_input = c.routing.effective_placement() == WeightPlacement::input;
-  PrepareParams q{reinterpret_cast<const std::uint16_t*>(args.hidden), on_input ? args.topk_weights : nullptr, b.x,
-                  b.x_scales, p.tokens, int(c.hidden_size), c.quant.scale_format == ScaleFormat::ue8m0};
-  // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
-  const std::int64_t warps = p.tokens * ((ceil_div(c.hidden_size, 128) + 1) / 2);
-  const std::int64_t preparers = std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(permute::kOneBlockThreads / 32)), 1,
-                                                          multiprocessor_count() - 1);
+  permute::PrepareArgs prepare;
+  prepare.hidden = args.hidden;
+  prepare.weights = on_input ? args.topk_weights : nullptr;
+  prepare.x = b.x;
+  prepare.x_scales = b.x_scales;
+  prepare.hidden_size = c.hidden_size;
+  prepare.fp8 = c.quant.scheme != QuantScheme::bf16;
+  prepare.ue8m0 = c.quant.scale_format == ScaleFormat::ue8m0;
 
   Params kp{};
   kp.work = b.work;
@@ -217,8 +197,8 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   kp.limit = c.swiglu_limit;
   kp.ue8m0 = c.quant.scale_format == ScaleFormat::ue8m0;
 
-  if (c.quant.scheme == QuantScheme::bf16) launch_all<false>(p, q, l, unsigned(1 + preparers), kp, stream, steps);
-  else launch_all<true>(p, q, l, unsigned(1 + preparers), kp, stream, steps);
+  if (c.quant.scheme == QuantScheme::bf16) launch_all<false>(p, plan, prepare, kp, stream, steps);
+  else launch_all<true>(p, plan, prepare, kp, stream, steps);
 }
 
 }  // namespace moekit::cuda::min_latency

@@ -1,5 +1,5 @@
 // The min-latency layer's kernels (fp8-block, or bf16 with kFp8 false: no scales, bf16 rows), after
-// the input's preparation and the one-block permutation plan:
+// the input's preparation and the one-block permutation plan (permute::run_prepared, one launch):
 //   gemm1_activation  block (slice, entry): 16 columns of the activation (16 gate and 16 up rows
 //                     of w13) for a work entry's rows (<= 32 of one expert), K split over its 4
 //                     warps; A rows read by token from the prepared input (no gather); f32 sums ->
@@ -22,7 +22,7 @@
 #include "cuda/quant/quantize.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/gemm/warp_mma.cuh"
-#include "cuda/permute/plan_one_block.cuh"
+#include "cuda/permute/plan.cuh"
 #include "moekit/config.h"
 
 namespace moekit::cuda::min_latency {
@@ -68,62 +68,6 @@ struct Entry {
 __device__ __forceinline__ Entry entry(const Params& p, int j) {
   const std::int32_t* w = p.work + 1 + 3 * j;
   return {w[0], w[1], w[2]};
-}
-
-// ---- the input's quantization and the plan, one launch --------------------------------------
-
-struct PrepareParams {
-  const std::uint16_t* hidden;  // [T, H] bf16
-  const float* weights;         // [T] with the weight on the input (k = 1), else null
-  std::uint8_t* x;              // [T, H] e4m3, or bf16
-  float* x_scales;              // [T, H / 128] (fp8)
-  std::int64_t tokens;
-  int hidden_size;
-  bool ue8m0;
-};
-
-// Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
-// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copy it
-// (times the weight where it goes on the input): every step in one launch, a programmatic
-// dependent of the routing kernel (or of the caller's last one).
-template <bool kFp8>
-__global__ void __launch_bounds__(permute::kOneBlockThreads) prepare_and_plan(PrepareParams q, permute::PlanParams plan) {
-  extern __shared__ int shared_ints[];
-  __shared__ int scan_shared[33];
-  grid_dependency_wait();
-  launch_dependents();
-  if (blockIdx.x == 0) {
-    permute::plan_in_block(plan, shared_ints, scan_shared);
-    return;
-  }
-  const int groups = (q.hidden_size + 127) / 128, pairs = (groups + 1) / 2;
-  const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
-  const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
-  for (std::int64_t item = std::int64_t(blockIdx.x - 1) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
-       item += warps) {
-    const std::int64_t t = item / pairs;
-    const int g = int(item % pairs) * 2 + half;
-    const int col = g * 128 + sub * 8;
-    const bool active = g < groups && col < q.hidden_size;  // the last pair may be short (bf16: H % 128 = 64)
-    float x[8];
-    unpack_bf16x8(active ? __ldg(reinterpret_cast<const uint4*>(q.hidden + t * q.hidden_size + col)) : make_uint4(0, 0, 0, 0), x);
-    const float w = q.weights ? __ldg(q.weights + t) : 1.0f;
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (q.weights) x[i] = quant::prepared<true>(x[i], w);
-      m = amax_step(m, x[i]);
-    }
-    if (!kFp8) {
-      if (active) *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(q.x) + t * q.hidden_size + col) = pack_bf16x8(x);
-      continue;
-    }
-    const float scale = fp8_scale(group_max<16>(m), q.ue8m0);
-    if (active) {
-      *reinterpret_cast<uint2*>(q.x + t * q.hidden_size + col) = quantize8(x, ScaleDivision(scale, true));
-      if (sub == 0) q.x_scales[t * groups + g] = scale;
-    }
-  }
 }
 
 // ---- a warp's ring of K blocks in shared memory ------------------------------------------

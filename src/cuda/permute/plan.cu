@@ -6,9 +6,11 @@
 
 #include "core/stages.h"
 #include "cuda/common/check.h"
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/launch.h"
 #include "cuda/permute/plan.cuh"
 #include "cuda/permute/plan_one_block.cuh"
+#include "cuda/permute/prepare_plan.cuh"
 #include "moekit/quant.h"
 
 namespace moekit::cuda::permute {
@@ -241,6 +243,27 @@ OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
   l.params.subtiles = tiles.subtiles;
   l.shared = tiles.shared;
   return l;
+}
+
+void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream) {
+  const Status status = can_implement(p);
+  require(status.is_ok(), status.reason());
+  require(choose_path(p) == PlanPath::one_block, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
+  require(prepare.hidden && prepare.x && (!prepare.fp8 || prepare.x_scales) && prepare.hidden_size % (prepare.fp8 ? 128 : 64) == 0,
+          "permute plan: the preparation needs hidden, x (and x_scales for fp8) and H a multiple of 128 (bf16: 64)");
+  if (p.tokens == 0) return;
+  const OneBlockLaunch l = one_block_launch(p, args);
+  const PrepareParams q{static_cast<const std::uint16_t*>(prepare.hidden), prepare.weights,
+                        static_cast<std::uint8_t*>(prepare.x), prepare.x_scales, p.tokens, int(prepare.hidden_size),
+                        prepare.ue8m0};
+  // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
+  const std::int64_t warps = p.tokens * ((ceil_div(prepare.hidden_size, 128) + 1) / 2);
+  const std::int64_t preparers =
+      std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(kOneBlockThreads / 32)), 1, multiprocessor_count() - 1);
+  const cudaStream_t s = as_cuda(stream);
+  const dim3 grid(unsigned(1 + preparers)), block(kOneBlockThreads);
+  if (prepare.fp8) launch_dependent(prepare_and_plan<true>, grid, block, l.shared, s, q, l.params);
+  else launch_dependent(prepare_and_plan<false>, grid, block, l.shared, s, q, l.params);
 }
 
 void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, Stream stream) {

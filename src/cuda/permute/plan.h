@@ -59,4 +59,19 @@ Status can_implement(const PlanProblem& problem);
 std::size_t workspace_size(const PlanProblem& problem);  // covers both paths (one_block uses none)
 void run(const PlanProblem& problem, const PlanArgs& args, core::Workspace workspace, Stream stream);
 
+// The input's preparation in the plan's launch (one_block path only): what the Prepare stage does
+// for fp8-block and bf16 layers (the 1x128 quantization, the same bits; or the bf16 copy), times
+// the weight where it goes on the input. Block 0 plans, the other blocks prepare the rows; the
+// launch may start while the previous kernel on the stream finishes (programmatic dependent).
+struct PrepareArgs {
+  const void* hidden = nullptr;    // [T, H] bf16
+  const float* weights = nullptr;  // [T] with the weight on the input (k = 1), else null
+  void* x = nullptr;               // [T, H] e4m3 (fp8) or bf16
+  float* x_scales = nullptr;       // [T, H / 128], fp8 only
+  std::int64_t hidden_size = 0;    // H, a multiple of 128 (bf16: of 64)
+  bool fp8 = true;
+  bool ue8m0 = false;
+};
+void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream);
+
 }  // namespace moekit::cuda::permute
