@@ -564,5 +564,107 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                                                                                         : "_persistent");
                          });
 
+// The decode tiles reading A's rows by index (a_by_index: GEMM1 without a gather pass) against the
+// same tiles on the gathered rows: the same bits, bf16 or activated out. The indexed rows come
+// from a shuffled token matrix with rows nobody reads (NaN codes); padding rows read -1.
+class CudaGroupedGemmByIndex : public ::testing::TestWithParam<GemmTile> {};
+
+TEST_P(CudaGroupedGemmByIndex, MatchesTheGatheredRowsBitForBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GemmTile tile = GetParam();
+  const bool activated = cuda::output_of(tile) == cuda::GemmOutput::activated_fp8;
+  const std::int64_t inter = 384;
+  const Shape s{"by index", {0, 37, 130, 0, 5, 300, 1, 64}, 2 * inter, 640};
+  BlockGemmOnDevice g(s, 16, rng);
+  const DeviceLayout& layout = g.layout;
+  const std::int64_t rows = g.h.offsets.back(), kb = ceil_div(s.k, kBlock), tokens = rows + 3;
+  const std::int64_t device_rows = layout.offsets.back();
+  // Host row r is token perm[r]; tokens past the rows hold NaN codes and scales.
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(tokens));
+  for (std::int64_t i = 0; i < tokens; ++i) perm[std::size_t(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::uint8_t> x(std::size_t(tokens * s.k), 0x7f);
+  std::vector<float> x_scales(std::size_t(tokens * kb), NAN);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = perm[std::size_t(r)];
+    std::memcpy(x.data() + t * s.k, g.h.a.ptr<std::uint8_t>() + r * s.k, std::size_t(s.k));
+    for (std::int64_t b = 0; b < kb; ++b) x_scales[std::size_t(t * kb + b)] = g.h.a_scales.ptr<float>()[r * kb + b];
+  }
+  std::vector<std::int32_t> a_rows(static_cast<std::size_t>(device_rows));
+  for (std::int64_t r = 0; r < device_rows; ++r) {
+    const std::int64_t source = layout.source_row[std::size_t(r)];
+    a_rows[std::size_t(r)] = source >= 0 ? std::int32_t(perm[std::size_t(source)]) : -1;
+  }
+  DeviceArray<std::uint8_t> d_x(x);
+  DeviceArray<float> d_x_scales(x_scales);
+  DeviceArray<std::int32_t> d_a_rows(a_rows);
+  DeviceArray<std::uint8_t> q(std::size_t(device_rows * inter));
+  DeviceArray<float> q_scales(std::size_t(device_rows * (inter / kBlock)));
+
+  cuda::GroupedGemmDesc desc = g.desc;
+  cuda::GroupedGemmArgs args = g.args;
+  if (activated) {
+    desc.output = cuda::GemmOutput::activated_fp8;
+    args.activated = {q.data(), q_scales.data(), Activation::silu_and_mul, 1.702f, 7.0f, false};
+  }
+  struct Out {
+    std::vector<bf16> d;
+    std::vector<std::uint8_t> q;
+    std::vector<float> scales;
+  };
+  auto run = [&](const cuda::GroupedGemmDesc& dd, const cuda::GroupedGemmArgs& aa) {
+    EXPECT_TRUE(cuda::can_implement(dd, {tile})) << dd.to_string();
+    g.d.poison();
+    q.poison();
+    q_scales.poison();
+    cuda::run_grouped_gemm(dd, {tile}, aa, nullptr, nullptr);
+    sync_and_check();
+    return Out{g.d.download(), q.download(), q_scales.download()};
+  };
+  const Out gathered = run(desc, args);
+  cuda::GroupedGemmDesc by_index = desc;
+  by_index.a_by_index = true;
+  EXPECT_FALSE(cuda::can_implement(by_index, {GemmTile::m128_n128_persistent})) << "a tile that reads A as laid out";
+  cuda::GroupedGemmArgs indexed = args;
+  indexed.a = d_x.data();
+  indexed.a_scales = d_x_scales.data();
+  indexed.a_rows = d_a_rows.data();
+  const Out got = run(by_index, indexed);
+  std::int64_t written = 0;
+  for (std::size_t i = 0; i < got.d.size(); ++i) {
+    ASSERT_EQ(got.d[i].bits, gathered.d[i].bits) << "D element " << i;
+    written += got.d[i].bits != 0xffff;  // poison()'s bytes
+  }
+  for (std::size_t i = 0; i < got.q.size(); ++i) ASSERT_EQ(got.q[i], gathered.q[i]) << "q element " << i;
+  for (std::size_t i = 0; i < got.scales.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got.scales[i], &gathered.scales[i], sizeof(float)), 0) << "scale " << i;
+  if (activated) {  // every data row's codes written (not left poisoned)
+    std::int64_t poisoned = 0;
+    for (std::int64_t r = 0; r < device_rows; ++r)
+      if (layout.source_row[std::size_t(r)] >= 0)
+        for (std::int64_t j = 0; j < inter; ++j) poisoned += got.q[std::size_t(r * inter + j)] == 0xff;
+    EXPECT_EQ(poisoned, 0);
+  } else {
+    EXPECT_GT(written, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmByIndex,
+                         ::testing::Values(GemmTile::tokens8_n128_wgmma, GemmTile::tokens32_n128_wgmma,
+                                           GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act,
+                                           GemmTile::tokens32_n256_act),
+                         [](const ::testing::TestParamInfo<GemmTile>& info) {
+                           switch (info.param) {
+                             case GemmTile::tokens8_n128_wgmma: return std::string("tokens8");
+                             case GemmTile::tokens32_n128_wgmma: return std::string("tokens32");
+                             case GemmTile::tokens8_n256_act: return std::string("tokens8_act");
+                             case GemmTile::tokens16_n256_act: return std::string("tokens16_act");
+                             default: return std::string("tokens32_act");
+                           }
+                         });
+
 }  // namespace
 }  // namespace moekit::test

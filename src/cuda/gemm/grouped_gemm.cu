@@ -69,6 +69,7 @@ std::string GroupedGemmDesc::to_string() const {
   std::ostringstream os;
   os << cuda::to_string(kind) << " groups=" << groups << " N=" << n << " K=" << k << " max_rows=" << max_rows;
   if (output == GemmOutput::activated_fp8) os << " out=activated-fp8";
+  if (a_by_index) os << " a=by-index";
   return os.str();
 }
 
@@ -162,6 +163,18 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }
 
+bool reads_rows_by_index(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::tokens8_n128_wgmma:
+    case GemmTile::tokens16_n128_wgmma:
+    case GemmTile::tokens32_n128_wgmma:
+    case GemmTile::tokens8_n256_act:
+    case GemmTile::tokens16_n256_act:
+    case GemmTile::tokens32_n256_act: return true;
+    default: return false;
+  }
+}
+
 bool honours_counts(GemmKind kind, GemmTile tile) {
   const bool cutlass = tile == GemmTile::m128_n128_cooperative || tile == GemmTile::m64_n128_pingpong;
   return !cutlass || kind == GemmKind::bf16;
@@ -232,6 +245,8 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
   if (desc.output != output_of(config.tile))
     return Status::no(config.to_string() + (desc.output == GemmOutput::activated_fp8 ? ": writes bf16, not the activated FP8 rows"
                                                                                   : ": writes the activated FP8 rows, not bf16"));
+  if (desc.a_by_index && !reads_rows_by_index(config.tile))
+    return Status::no(config.to_string() + ": reads A as laid out, not its rows by index");
   const Entry* e = find(desc.kind, config.tile);
   if (!e) return Status::no("no grouped GEMM compiled for " + desc.to_string() + " with " + config.to_string());
   return e->can_implement(desc);

@@ -84,6 +84,9 @@ struct GroupedGemmDesc {
   std::int64_t max_rows = 0;  // upper bound of offsets[groups]
   std::int64_t data_rows = 0;  // upper bound of the rows that carry data (T k); 0: max_rows
   GemmOutput output = GemmOutput::bf16;
+  // A's rows read by index (GroupedGemmArgs::a_rows; the decode tiles, reads_rows_by_index): no
+  // gather pass before GEMM1.
+  bool a_by_index = false;
   std::string to_string() const;
 };
 
@@ -122,7 +125,13 @@ struct GroupedGemmArgs {
   // null: every row of offsets
   const std::int32_t* counts = nullptr;
   ActivatedOut activated = {};  // GemmOutput::activated_fp8 only (d unused then)
+  // GroupedGemmDesc::a_by_index only: [max_rows] the row of `a` ([*, K], FP8; its scales k-major
+  // [*, ceil(K/128)] in a_scales) that each of the GEMM's rows reads, -1: zeros (padding).
+  const std::int32_t* a_rows = nullptr;
 };
+
+// Whether the tile can read A's rows by index (GroupedGemmDesc::a_by_index): the decode tiles.
+bool reads_rows_by_index(GemmTile tile);
 
 // Whether the kernel of (kind, tile) computes and writes only the first counts[e] rows of a
 // group (all but CUTLASS's FP8 tiles, which compute every row of offsets).

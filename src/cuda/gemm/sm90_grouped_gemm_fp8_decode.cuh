@@ -8,7 +8,10 @@
 //      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
 //      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
-//      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory
+//      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory.
+//      Rows by index (GroupedGemmDesc::a_by_index, GEMM1 at decode sizes: no gather pass): each
+//      row's 128 bytes by cp.async from its token's row of the prepared input, in the 128-byte
+//      swizzle TMA would give them, its scale from the input's k-major scales
 //   3. two consumer warpgroups, 64 W rows each (kAct: 64 gate and the 64 up rows of the same
 //      channels): per stage four WGMMAs m64 n kN k32 chained (per W tile), then
 //      acc += (w_scale * a_scale[row]) * part, the stage handed back once its WGMMAs are done
@@ -35,6 +38,13 @@ constexpr int kConsumers = 2;  // warpgroups of 64 W rows (kAct: 64 channels): t
 constexpr int kThreads = (1 + kConsumers) * 128;
 constexpr int kBlocksPerSm = 2;
 constexpr int kPipelineBytes = 104 * 1024;  // a block's stages, two blocks to an SM
+
+// A rows read by index (a_by_index): row r of the GEMM is row rows[r] of `a` ([*, K] e4m3, its
+// scales k-major [*, K/128] in Params::a_scales); -1: zeros. rows null: A by TMA, as laid out.
+struct IndexedA {
+  const std::int32_t* rows;
+  const std::uint8_t* a;
+};
 
 // GEMM1's activated output (kAct): q [rows, I] e4m3, scales in GEMM2's layout (group e's
 // [I/128, padded] at offsets[e] * I/128, rows contiguous).
@@ -67,9 +77,17 @@ struct Shape {
 // Warp 0: per 128 of K, lane 0's TMA of the rows and of the W tile(s), the lanes' cp.async of the
 // rows' A scales and the W tiles' scales (produce() of sm90_wgmma.cuh, with kAct's second W tile).
 // w_rows: W rows per group (N; kAct 2I), the tile's n0 an output channel.
+// 16 bytes from global to shared memory, asynchronously; where !valid, zeros (fallback, a readable
+// address, stands in for src).
+__device__ __forceinline__ void copy16_async(std::uint32_t dst, const void* src, bool valid, const void* fallback) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(valid ? src : fallback), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
 template <int kN, bool kAct>
 __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p,
-                                               int w_rows, const Tile& t, const Ring& ring, int& position) {
+                                               const IndexedA& ia, int w_rows, const Tile& t, const Ring& ring,
+                                               int& position) {
   using S = Shape<kN, kAct>;
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
@@ -77,22 +95,48 @@ __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const C
   const float* w_scale = p.w_scales + std::size_t(t.group) * k_blocks * n_blocks + t.n0 / kTileN;
   const int up = p.n / kTileN;  // kAct: the up rows' first scale block (I / 128) past the gate's
   const float* a_scale = p.a_scales + std::size_t(t.row0) * k_blocks + t.m0;
+  // Rows by index: this lane's 16-byte chunks i = lane + 32 j of the tile's kN x 128 bytes (row
+  // i / 8, chunk i % 8), and its row's token for the scales (lane < kN); -1 past the group's data.
+  constexpr int kChunks = kN * 8 / 32;
+  const bool indexed = ia.rows != nullptr;
+  int chunk_token[kChunks], scale_token = -1;
+  if (indexed) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int r = (lane + 32 * j) / 8;
+      chunk_token[j] = t.m0 + r < t.rows ? __ldg(ia.rows + t.row0 + t.m0 + r) : -1;
+    }
+    if (lane < kN) scale_token = t.m0 + lane < t.rows ? __ldg(ia.rows + t.row0 + t.m0 + lane) : -1;
+  }
   for (int kb = 0; kb < k_blocks; ++kb, ++position) {
     const RingSlot slot = ring_slot(ring, position);
     const int s = slot.stage;
     barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
+    const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
     if (lane == 0) {
-      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes);
-      const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
-      tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
+      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes - (indexed ? S::kTileABytes : 0));
+      if (!indexed) tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
       tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s);
       if (kAct)
         tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * s);
     }
-    // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
+    if (indexed) {
+      // Chunk c of row r at chunk c ^ (r % 8) of the row: the 128-byte swizzle of a TMA box.
 #pragma unroll
-    for (int r = lane; r < kN; r += 32)
-      copy4_async(ring.scale_a + s * kN + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
+      for (int j = 0; j < kChunks; ++j) {
+        const int i = lane + 32 * j, r = i / 8, c = i % 8;
+        copy16_async(a + std::uint32_t(r * kTileK + ((c ^ (r % 8)) * 16)),
+                     ia.a + std::size_t(max(chunk_token[j], 0)) * p.k + kb * kTileK + c * 16, chunk_token[j] >= 0, ia.a);
+      }
+      if (lane < kN)
+        copy4_async(ring.scale_a + s * kN + lane, p.a_scales + std::size_t(max(scale_token, 0)) * k_blocks + kb,
+                    scale_token >= 0, p.a_scales);
+    } else {
+      // rows past the group's (padded) rows get scale 0: the tile's rows there are another group's
+#pragma unroll
+      for (int r = lane; r < kN; r += 32)
+        copy4_async(ring.scale_a + s * kN + r, a_scale + std::size_t(kb) * t.padded + r, t.m0 + r < t.padded, a_scale);
+    }
     if (lane < S::kWTiles)
       copy4_async(ring.scale_w + S::kWTiles * s + lane, w_scale + std::size_t(kb) * n_blocks + lane * up, true, w_scale);
     barrier_arrive_when_copied(ring.full + 8 * s);
@@ -162,7 +206,8 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
 
 template <int kN, bool kAct>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, ActOut act) {
+    fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, IndexedA ia,
+               ActOut act) {
   using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
@@ -181,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     int position = 0;
     Tile t;
     for (int index = int(blockIdx.x); find_tile<kN>(p, index, t); index += int(gridDim.x))
-      produce_decode<kN, kAct>(map_a, map_w, p, w_rows, t, ring, position);
+      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, t, ring, position);
     return;
   }
 
@@ -206,6 +251,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const RingSlot slot = ring_slot(ring, position);
       const int s = slot.stage;
       barrier_wait(ring.full + 8 * s, slot.parity);
+      // Rows by index came by cp.async (the generic proxy): ordered before the WGMMAs' reads.
+      if (ia.rows) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       const std::uint64_t step = std::uint64_t(s) * (S::kStageBytes / 16);
 #pragma unroll
       for (int w = 0; w < S::kWTiles; ++w) pin(part[w]);
@@ -262,8 +309,11 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(tiles.n), o.act, o.alpha, o.limit, o.ue8m0};
+  // By index, map_a (over max_rows rows of `a`) is never read: the rows come by cp.async.
+  require(!desc.a_by_index || args.a_rows, "decode WGMMA GEMM: rows by index need a_rows");
+  const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
-  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, act);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 

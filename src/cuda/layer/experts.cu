@@ -2,7 +2,8 @@
 // -> GEMM2, all on one stream, sizes that depend on routing kept on the device.
 //   1. plan: counts, padded offsets, slot_rows, row_token, row_expert   (permute/plan); at decode
 //      sizes (the one-block plan) with the Prepare stage's quantization in the same launch
-//   2. gather the prepared rows into expert order, scales MN-major       (permute/gather)
+//   2. gather the prepared rows into expert order, scales MN-major       (permute/gather); not
+//      where the plan prepared the input and GEMM1's decode tiles read its rows by index
 //   3. GEMM1 [rows, H] x w13 -> [rows, W] bf16                           (gemm)
 //   4. activation -> GEMM2's input, fp8 + scales or bf16                 (activation)
 //   5. GEMM2 [rows, I] x w2 -> expert_out [rows, H] bf16                 (gemm)
@@ -149,22 +150,30 @@ class Experts final : public core::ExpertsStage {
       permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
     }
 
-    permute::GatherArgs gather;
-    gather.q = args.in.q.data;
-    gather.scales = args.in.scales.defined() ? args.in.scales.ptr<float>() : nullptr;
-    gather.plan = plan;
-    gather.row_token = b.row_token;
-    gather.out_q = b.q1;
-    gather.out_scales = b.s1;
-    permute::run(gather_problem(p), gather, b.gather_ws, stream);
+    const auto [g1, g2] = gemms(p, t);
+    const bool by_index = g1.first.a_by_index;
+    if (!by_index) {
+      permute::GatherArgs gather;
+      gather.q = args.in.q.data;
+      gather.scales = args.in.scales.defined() ? args.in.scales.ptr<float>() : nullptr;
+      gather.plan = plan;
+      gather.row_token = b.row_token;
+      gather.out_q = b.q1;
+      gather.out_scales = b.s1;
+      permute::run(gather_problem(p), gather, b.gather_ws, stream);
+    }
     if (channel) expand(b, b.s1, ceil_div(config_.hidden_size, kBlock), rows, stream, b.s1_gemm);
 
-    const auto [g1, g2] = gemms(p, t);
     // GEMM1 activates and requantizes its rows itself (fp8-block, gated): no activation stage.
     const bool activated = g1.first.output == GemmOutput::activated_fp8;
     core::mark_step(p, "gemm1", stream);
     GroupedGemmArgs a1{b.q1, channel ? b.s1_gemm : b.s1, b.offsets, weights_.w13.data,
                        weights_.w13_scales.ptr<float>(), static_cast<bf16*>(b.h1), b.counts};
+    if (by_index) {  // the prepared input's rows and k-major scales, each row's token from the plan
+      a1.a = args.in.q.data;
+      a1.a_scales = args.in.scales.ptr<float>();
+      a1.a_rows = b.row_token;
+    }
     if (activated)
       a1.activated = {b.q2, b.s2, config_.activation, config_.swiglu_alpha, config_.swiglu_limit,
                       config_.quant.scale_format == ScaleFormat::ue8m0};
@@ -291,6 +300,8 @@ class Experts final : public core::ExpertsStage {
       const core::StageProblem& p, const Tactic& t) const {
     StagedGemms g = staged_gemms({config_, p.tokens, max_rows(p), p.group != nullptr});
     g.gemm1.output = output_of(t.gemm1.tile);
+    // The plan prepared the input (decode sizes): the decode tiles read its rows by index.
+    g.gemm1.a_by_index = prepares(p) && reads_rows_by_index(t.gemm1.tile);
     return {{g.gemm1, t.gemm1}, {g.gemm2, t.gemm2}};
   }
 
