@@ -19,6 +19,7 @@
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/layer/min_latency.h"
 #include "cuda/layer/device_weights.h"
+#include "cuda/layer/experts.h"
 #include "cuda/layer/tactic.h"
 #endif
 
@@ -179,6 +180,8 @@ int cmd_explain(int argc, char** argv) {
   const cuda::TacticChoice at = chooser.choose({config, tokens, 0, false});
   std::printf("cuda experts tactic at T=%lld: %s\n", static_cast<long long>(tokens), at.tactic.to_string().c_str());
   print_computed_rows(config, tokens, at.tactic);
+  if (at.tactic.path == cuda::TacticPath::staged && tokens > 0)
+    std::printf("  steps after routing: %s\n", cuda::staged_steps(config, tokens, at.tactic).c_str());
   std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;

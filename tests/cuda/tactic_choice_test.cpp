@@ -1,9 +1,10 @@
-// Tactics of the GPU Experts step (cuda/layer/tactic.h): names, candidates, and the chooser with a
-// cache. Host code only: it runs without a GPU (the device key is given, not asked).
+// Tactics of the GPU Experts step (cuda/layer/tactic.h): names, candidates, the chooser with a
+// cache, and the staged path's launches at T (cuda/layer/experts.h). Host code only: it runs without a GPU (the device key is given, not asked).
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "cuda/layer/experts.h"
 #include "cuda/layer/tactic.h"
 #include "io/presets.h"
 
@@ -127,6 +128,38 @@ TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   RecordProperty("measurements", int(n));
   EXPECT_LE(n, 1600u);
   EXPECT_GE(n, 60u);
+}
+
+// At decode sizes the staged path quantizes the input in the one-block plan's launch and its decode
+// GEMM1 reads the rows by index (no gather); past the one-block plan (T k > 4096), in the EP pipeline
+// and for the per-row schemes, Prepare and the gather run; an activated GEMM1 tile has no activation
+// stage after it.
+TEST(TacticSteps, DecodeSizesPrepareInThePlanAndReadRowsByIndex) {
+  const MoEConfig c = io::find_preset("deepseek-v3").config;
+  EXPECT_TRUE(cuda::plan_prepares_input(c, 1, false));
+  EXPECT_TRUE(cuda::plan_prepares_input(c, 512, false));    // 4096 slots: the one-block plan's most
+  EXPECT_FALSE(cuda::plan_prepares_input(c, 513, false));
+  EXPECT_FALSE(cuda::plan_prepares_input(c, 1, true));      // expert parallelism prepares its own rows
+  EXPECT_FALSE(cuda::plan_prepares_input(c, 0, false));
+  MoEConfig rowwise = c;
+  rowwise.quant.scheme = QuantScheme::fp8_rowwise;
+  EXPECT_FALSE(cuda::plan_prepares_input(rowwise, 1, false));
+
+  const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  EXPECT_EQ(cuda::staged_steps(c, 1, decode),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+  const cuda::Tactic bf16_out{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_wgmma}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  EXPECT_EQ(cuda::staged_steps(c, 8, bf16_out),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read by index), "
+            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+  const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::m64_n128_pingpong}};
+  EXPECT_EQ(cuda::staged_steps(c, 256, prefill),
+            "permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, activation + "
+            "requantization, GEMM2 m64_n128_pingpong, finalize");
+  EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
+            "quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
+            "m64_n128_pingpong, finalize");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),

@@ -79,6 +79,18 @@ __global__ void masked_plan(MaskedPlanParams p) {
   }
 }
 
+ExpertRows staged_rows(const MoEConfig& c) {
+  ExpertRows r;
+  r.format = RowFormat::contiguous;
+  r.experts = c.local_experts();
+  r.alignment = kRowAlignment;
+  return r;
+}
+
+permute::PlanProblem staged_plan_problem(const MoEConfig& c, std::int64_t tokens) {
+  return {staged_rows(c), tokens, c.top_k(), c.first_local_expert()};
+}
+
 struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *row_expert;
   void *q1, *h1, *q2;
@@ -363,15 +375,7 @@ class Experts final : public core::ExpertsStage {
     return activation::can_implement(activation_problem(p));
   }
 
-  // The Prepare stage's work in the plan's launch: where the plan takes one block (decode sizes),
-  // outside the expert-parallel pipeline (which prepares its own rows), for the schemes whose
-  // preparation that kernel does (fp8-block's 1x128 quantization, bf16's copy).
-  bool prepares(const core::StageProblem& p) const {
-    const QuantScheme s = config_.quant.scheme;
-    const bool scheme = (s == QuantScheme::fp8_block && config_.hidden_size % 128 == 0) ||
-                        (s == QuantScheme::bf16 && config_.hidden_size % 64 == 0);
-    return scheme && p.group == nullptr && p.tokens > 0 && permute::choose_path(plan_problem(p)) == permute::PlanPath::one_block;
-  }
+  bool prepares(const core::StageProblem& p) const { return plan_prepares_input(config_, p.tokens, p.group != nullptr); }
 
   min_latency::Problem min_latency_problem(const core::StageProblem& p) const {
     min_latency::Problem m;
@@ -394,21 +398,13 @@ class Experts final : public core::ExpertsStage {
     min_latency::run(min_latency_problem(p), a, ws, stream, p);
   }
 
-  ExpertRows rows_format() const {
-    ExpertRows r;
-    r.format = RowFormat::contiguous;
-    r.experts = config_.local_experts();
-    r.alignment = kRowAlignment;
-    return r;
-  }
+  ExpertRows rows_format() const { return staged_rows(config_); }
 
   ScaleLayout scale_layout() const {
     return config_.quant.scheme == QuantScheme::fp8_block ? ScaleLayout::mn_major_per_expert : ScaleLayout::k_major;
   }
 
-  permute::PlanProblem plan_problem(const core::StageProblem& p) const {
-    return {rows_format(), p.tokens, config_.top_k(), config_.first_local_expert()};
-  }
+  permute::PlanProblem plan_problem(const core::StageProblem& p) const { return staged_plan_problem(config_, p.tokens); }
 
   permute::GatherProblem gather_problem(const core::StageProblem& p) const {
     return {rows_format(), p.tokens, config_.top_k(), config_.hidden_size, config_.quant.scheme, scale_layout()};
@@ -539,6 +535,27 @@ class Experts final : public core::ExpertsStage {
 };
 
 }  // namespace
+
+bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expert_parallel) {
+  const QuantScheme s = config.quant.scheme;
+  const bool scheme = (s == QuantScheme::fp8_block && config.hidden_size % 128 == 0) ||
+                      (s == QuantScheme::bf16 && config.hidden_size % 64 == 0);
+  return scheme && !expert_parallel && tokens > 0 &&
+         permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
+}
+
+std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic) {
+  const bool prepared = plan_prepares_input(config, tokens, false);
+  const bool by_index = prepared && reads_rows_by_index(tactic.gemm1.tile);
+  const bool activated = output_of(tactic.gemm1.tile) == GemmOutput::activated_fp8;
+  std::string s = prepared ? "permutation plan + the input's quantization (one launch), "
+                           : "quantize, permutation plan, ";
+  if (!by_index) s += "gather, ";
+  s += "GEMM1 " + std::string(tile_id(tactic.gemm1.tile));
+  if (by_index) s += " (rows read by index)";
+  s += activated ? " + activation + requantization, " : ", activation + requantization, ";
+  return s + "GEMM2 " + std::string(tile_id(tactic.gemm2.tile)) + ", finalize";
+}
 
 std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights,
                                                  const TuningOptions* tuning) {
