@@ -209,11 +209,17 @@ int cmd_explain(int argc, char** argv) {
     cuda::GroupedGemmDesc desc;
     bool requantized;  // its output is quantized to FP8 next
   };
+  // GEMM1 as the heuristic's tactic runs it (a gated layer's decode tile with the activation fused).
+  const cuda::Tactic heuristic = cuda::heuristic_tactic({config, tokens, 0, false}).tactic;
   for (const Gemm& g : {Gemm{"GEMM1", gemm1, true}, Gemm{"GEMM2", gemm2, false}}) {
     const auto& [name, desc, requantized] = g;
-    const cuda::GemmChoice choice =
+    cuda::GemmChoice choice =
         cuda::choose_gemm_config(desc, per_group, cuda::gemm_sums(kind, config.quant.accumulation, requantized),
                                  config.batch_invariant);
+    if (requantized && heuristic.path == cuda::TacticPath::staged && heuristic.gemm1.tile != choice.config.tile) {
+      choice.config = heuristic.gemm1;
+      choice.reason += "; the activation and requantization in its epilogue";
+    }
     std::printf("cuda %s at T=%lld: %s -> %s (%s)\n", name, static_cast<long long>(tokens), desc.to_string().c_str(),
                 choice.config.to_string().c_str(), choice.reason.c_str());
   }

@@ -119,6 +119,18 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu: yes (chosen)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gpu: "), std::string::npos) << r.out;
+#ifdef MOEKIT_HAVE_CUDA
+  // The staged path's launches at decode sizes (no GPU here: the heuristic's tactic).
+  const Result decode = moekit("explain --preset deepseek-v3 --tokens 1");
+  EXPECT_EQ(decode.code, 0) << decode.err;
+  EXPECT_NE(decode.out.find("steps after routing: permutation plan + the input's quantization (one launch), GEMM1 "
+                            "tokens8_n256_act (rows read by index) + activation + requantization"),
+            std::string::npos)
+      << decode.out;
+  EXPECT_NE(decode.out.find("cuda GEMM1 at T=1: fp8-block groups=256 N=4096 K=7168 max_rows=0 -> 8 rows x (128+128) wgmma"),
+            std::string::npos)
+      << decode.out;
+#endif
   const Result forced = moekit("explain", "MOEKIT_BACKEND=bogus");
   EXPECT_EQ(forced.code, 1);
   EXPECT_NE(forced.out.find("bogus: no (not a backend of this build"), std::string::npos) << forced.out;
