@@ -61,6 +61,12 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens8_n256_act: return "8 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens16_n256_act: return "16 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens32_n256_act: return "32 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
+    case GemmTile::tokens8_n128_splitk: return "8 rows x 128 wgmma (W as A), split K over the grid, f32 every 128 K";
+    case GemmTile::tokens16_n128_splitk: return "16 rows x 128 wgmma (W as A), split K over the grid, f32 every 128 K";
+    case GemmTile::tokens8_n256_act_splitk:
+      return "8 rows x (128+128) wgmma (W as A) + activation, split K over the grid, f32 every 128 K";
+    case GemmTile::tokens16_n256_act_splitk:
+      return "16 rows x (128+128) wgmma (W as A) + activation, split K over the grid, f32 every 128 K";
   }
   return "?";
 }
@@ -170,9 +176,29 @@ bool reads_rows_by_index(GemmTile tile) {
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens8_n256_act:
     case GemmTile::tokens16_n256_act:
-    case GemmTile::tokens32_n256_act: return true;
+    case GemmTile::tokens32_n256_act:
+    case GemmTile::tokens8_n128_splitk:
+    case GemmTile::tokens16_n128_splitk:
+    case GemmTile::tokens8_n256_act_splitk:
+    case GemmTile::tokens16_n256_act_splitk: return true;
     default: return false;
   }
+}
+
+std::int64_t split_counters(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {
+  // At most a counter per tile: a row tile per `rows` rows and a partial one per group, over N's (GEMM1
+  // activated: I's) 128-column tiles.
+  int rows = 0;
+  switch (config.tile) {
+    case GemmTile::tokens8_n128_splitk:
+    case GemmTile::tokens8_n256_act_splitk: rows = 8; break;
+    case GemmTile::tokens16_n128_splitk:
+    case GemmTile::tokens16_n256_act_splitk: rows = 16; break;
+    default: return 0;
+  }
+  const std::int64_t n = output_of(config.tile) == GemmOutput::activated_fp8 ? desc.n / 2 : desc.n;
+  const std::int64_t row_tiles = (desc.max_rows + rows - 1) / rows + std::min(desc.groups, desc.max_rows);
+  return row_tiles * ((n + 127) / 128);
 }
 
 bool honours_counts(GemmKind kind, GemmTile tile) {
@@ -195,9 +221,13 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m64_n128_f16: return up(rows, 64);
     case GemmTile::rows8_warp_mma:
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n256_act: return up(rows, 8);
+    case GemmTile::tokens8_n256_act:
+    case GemmTile::tokens8_n128_splitk:
+    case GemmTile::tokens8_n256_act_splitk: return up(rows, 8);
     case GemmTile::tokens16_n128_wgmma:
-    case GemmTile::tokens16_n256_act: return up(rows, 16);
+    case GemmTile::tokens16_n256_act:
+    case GemmTile::tokens16_n128_splitk:
+    case GemmTile::tokens16_n256_act_splitk: return up(rows, 16);
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens32_n256_act: return up(rows, 32);
     case GemmTile::m128_n128_cooperative:
