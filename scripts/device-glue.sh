@@ -7,6 +7,8 @@
 #     synccheck over MOEKIT_SANITIZE_FILTER in reduced shapes, beside the tests; stalls; tune: `moekit tune` of the presets at
 #     MOEKIT_TUNE_TOKENS into $OUT/h200.json, a copy of data/tuning/h200.json, which the peers step's
 #     bench then takes: the shipped cache with those buckets re-measured)
+#   gemm: bench/grouped_gemm_bench --cases on decode routings (MOEKIT_GEMM_TILES, default the decode tiles):
+#     deepseek-v3 and qwen3-30b-a3b GEMM1/GEMM2 with T tokens spread over distinct experts, T in MOEKIT_GEMM_TOKENS
 #   MOEKIT_TEST_FILTER='CudaActivation*:...'  the tests step's CUDA tests
 #   MOEKIT_NCU_RUNS="deepseek-v3:1 qwen3-30b-a3b:8"   preset:T pairs the ncu and stalls steps profile
 #   MOEKIT_GLUE_PATH=staged                   --path of the profiled runs
@@ -28,7 +30,7 @@ build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
 start=$SECONDS
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
       -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" >"$out/build.log" 2>&1 ||
-   ! cmake --build "$build" -j 16 --target test_cuda moekit_cli >>"$out/build.log" 2>&1; then
+   ! cmake --build "$build" -j 16 --target test_cuda moekit_cli grouped_gemm_bench >>"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -n 30
   echo "BUILD FAILED"
   exit 1
@@ -67,6 +69,25 @@ if [ ${#sanitize_pids[@]} -gt 0 ]; then
     [ "$rc" = 0 ] || status=1
     summary+=("$tool: rc $rc, $(grep -cE '^\[       OK' "$out/$tool.log") tests OK, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -n 1)")
   done
+fi
+
+if [[ " $steps " == *" gemm "* ]]; then
+  # T tokens x 8 experts each, spread over distinct experts as far as they go (T=1: 8 groups of 1 row).
+  python3 - "${MOEKIT_GEMM_TOKENS:-1,8}" >/tmp/gemm_cases.txt <<'PY'
+import sys
+for t in map(int, sys.argv[1].split(",")):
+    for name, e, shapes in (("deepseek-v3", 256, ((4096, 7168), (7168, 2048))), ("qwen3-30b-a3b", 128, ((1536, 2048), (2048, 768)))):
+        rows = [0] * e
+        for s in range(t * 8):
+            rows[(s * 37) % e] += 1
+        for i, (n, k) in enumerate(shapes):
+            print(f"{name}_T{t}_gemm{i + 1} {n} {k} " + " ".join(map(str, rows)))
+PY
+  bench_bin="$(find "$build" -name grouped_gemm_bench -type f | head -n 1)"
+  echo "== grouped_gemm_bench --cases (decode routings, T=${MOEKIT_GEMM_TOKENS:-1,8})"
+  MOEKIT_BENCH_TILES="${MOEKIT_GEMM_TILES:-tokens,rows8}" timeout 200 "$bench_bin" --cases /tmp/gemm_cases.txt \
+    >"$out/gemm.txt" 2>&1 || status=1
+  grep -E "us " "$out/gemm.txt" | sed -E 's/ +/ /g' | cut -c1-160
 fi
 
 if [[ " $steps " == *" ncu "* ]]; then
