@@ -75,7 +75,8 @@ struct Shape {
   // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
   static constexpr int kSmemBytes =
       1024 + kStages * kStageBytes + kMaxBytes + 2 * kStages * 8 + 32 + kStages * (kN + kWTiles) * 4;
-  static_assert(kSmemBytes * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
+  static constexpr int kStaticBytes = 4 * (1024 + 2) + 16;  // the tile table and the flag (fp8_decode's __shared__)
+  static_assert((kSmemBytes + kStaticBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
 };
 
 // Warp 0: per 128 of K, lane 0's TMA of the rows and of the W tile(s), the lanes' cp.async of the
@@ -220,23 +221,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                ActOut act, split_k::Split split) {
   using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
-  __shared__ int last_arrival;  // split K: this block finishes the tile
+  __shared__ int last_arrival;                          // split K: this block finishes the tile
+  __shared__ int tile_first[split_k::kMaxGroups + 1];  // the tile table (split_k::build_tile_table)
   Tile* unused = nullptr;
   const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
   float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
                                            S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) split_k::build_tile_table<kN>(p, tile_first);
   __syncthreads();
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   // kAct: the tiles walk I's 128-channel blocks (p.n = I); W has 2I rows per group.
   const int w_rows = kAct ? 2 * p.n : p.n;
-  split_k::Walk walk = split_k::start_walk<kN>(p, split.on);
+  split_k::Walk walk = split_k::start_walk(p, tile_first, split.on);
   split_k::Segment segment;
 
   if (warpgroup == 0) {  // the producer: warp 0
     if (threadIdx.x >= 32) return;
     int position = 0;
-    while (split_k::next_segment<kN>(p, walk, segment))
+    while (split_k::next_segment<kN>(p, tile_first, walk, segment))
       produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, segment, ring, position);
     return;
   }
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const std::uint64_t desc_a0 = smem_descriptor(ring.tiles);
   constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
   int position = 0, tiles_done = 0;
-  while (split_k::next_segment<kN>(p, walk, segment)) {
+  while (split_k::next_segment<kN>(p, tile_first, walk, segment)) {
     const Tile& t = segment.tile;
 #pragma unroll
     for (int w = 0; w < S::kWTiles; ++w)
@@ -293,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         for (int i = 0; i < kRegs; ++i) acc[w][i] += scale[w][2 * (i / 4) + i % 2] * part[w][i];
     }
     if (split.on && !split_k::whole(walk, segment) &&
-        !split_k::meet(split, walk, segment, acc, int(threadIdx.x) - 128, kConsumers * 128, consumers_sync, &last_arrival))
+        !split_k::meet(split, walk, segment, acc, int(threadIdx.x) - 128, kConsumers * 128, [] { consumers_sync(); },
+                       &last_arrival))
       continue;  // another block finishes the tile
     if constexpr (kAct) {
       store_activated<kN>(p, act, t, acc[0], acc[1], lo, maxima + (tiles_done % 2) * kConsumers * 4 * kN);
@@ -371,6 +375,9 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
 // K in whole 128-blocks (a stage is one); kAct: N = 2I with I a multiple of 128 (a tile's channels
 // are one whole scale block), a gated activation.
 inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
+  if (desc.groups > split_k::kMaxGroups)
+    return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(split_k::kMaxGroups) +
+                      ", given " + std::to_string(desc.groups));
   if (desc.k % kBlock != 0)
     return Status::no("K: the decode WGMMA kernel takes whole 128-K blocks, given " + std::to_string(desc.k));
   if (act && desc.n % (2 * kTileN) != 0)

@@ -2,7 +2,7 @@
 // when few experts are hit there are fewer tiles than the grid's blocks, and a block streams W
 // only as fast as one SM can. Here the tiles' K blocks, tile after tile, are one list of `units`
 // that the grid's blocks share evenly, whatever the tile count, so every SM streams W:
-//   1. block b takes the units [b U / G, (b + 1) U / G): whole tiles, and at either end of its
+//   1. block b takes the units [b U / G, (b + 1) U / G) (G: the grid, at most U): whole tiles, and at either end of its
 //      share a segment of one tile's K blocks (a tile's contributors are consecutive blocks)
 //   2. a segment short of its tile's K: the block's sums into its slot (its share's first or last
 //      segment), then a count of the tile's arrivals; the last contributor to arrive adds every
@@ -27,27 +27,67 @@ struct Split {
   float* partials = nullptr;         // [grid][2][floats per slot]: a block's first and last segment's sums
 };
 
-// The tiles of kRows rows over every group (as find_tile counts them). One warp.
+// The decode kernel's tile table: first[g] the number of the group's first tile (the tiles of kRows
+// rows over N's 128-column tiles, group after group, as find_tile counts them), first[groups] all
+// tiles. Built once per block in shared memory (one warp: a load of every count at once), so that a
+// tile is found by a binary search there, not by a scan over the counts in global memory per tile.
+constexpr int kMaxGroups = 1024;
 template <int kRows>
-__device__ int count_tiles(const Params& p) {
+__device__ void build_tile_table(const Params& p, int* first) {
   const int lane = int(threadIdx.x % 32);
   const int n_tiles = (p.n + wgmma::kTileN - 1) / wgmma::kTileN;
-  int total = 0;
-  for (int base = 0; base < p.groups; base += 32) {
-    const int g = base + lane;
-    int tiles = g < p.groups ? (wgmma::rows_of(p, g) + kRows - 1) / kRows * n_tiles : 0;
+  const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;  // this lane's groups, consecutive
+  int tiles[kMaxGroups / 32];
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) tiles += __shfl_xor_sync(~0u, tiles, offset);
-    total += tiles;
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    tiles[i] = i < per_lane && g < p.groups ? (wgmma::rows_of(p, g) + kRows - 1) / kRows * n_tiles : 0;
   }
-  return total;
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) sum += tiles[i];
+  int inclusive = sum;
+#pragma unroll
+  for (int step = 1; step < 32; step *= 2) {
+    const int v = __shfl_up_sync(~0u, inclusive, step);
+    if (lane >= step) inclusive += v;
+  }
+  int at = inclusive - sum;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    if (i < per_lane && g < p.groups) first[g] = at;
+    at += tiles[i];
+  }
+  if (lane == 31) first[p.groups] = inclusive;
+}
+
+// The index-th tile (index < first[groups]) from the table: the group by binary search.
+template <int kRows>
+__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, int index) {
+  int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= index) lo = mid;
+    else hi = mid;
+  }
+  Tile t;
+  t.group = lo;
+  t.row0 = p.offsets[lo];
+  t.padded = p.offsets[lo + 1] - t.row0;
+  t.rows = wgmma::rows_of(p, lo);
+  const int m_tiles = (t.rows + kRows - 1) / kRows, u = index - first[lo];
+  t.m0 = u % m_tiles * kRows;
+  t.n0 = u / m_tiles * wgmma::kTileN;
+  return t;
 }
 
 // A block's walk over its work: unsplit, the tiles blockIdx.x, + gridDim.x, ... whole; split, its
-// share of the units.
+// share of the units, the first min(grid, units) blocks sharing them (every share non-empty).
 struct Walk {
   bool split;
-  int k_blocks, index;            // unsplit: the next tile
+  int k_blocks, tiles, index;     // all tiles; unsplit: the next tile
+  int blocks;                     // split: the blocks that share the units
   std::int64_t units, begin, at;  // split: all units, this block's share [begin, end), the next unit
   std::int64_t end;
 };
@@ -57,45 +97,46 @@ struct Segment {
   int index, kb0, kb1;  // the tile's number, its K blocks [kb0, kb1)
 };
 
-__device__ __forceinline__ std::int64_t share_begin(std::int64_t units, int b) { return units * b / int(gridDim.x); }
+__device__ __forceinline__ std::int64_t share_begin(const Walk& w, int b) { return w.units * b / w.blocks; }
 // The block whose share holds unit u: the largest b with share_begin(b) <= u.
-__device__ __forceinline__ int share_owner(std::int64_t units, std::int64_t u) {
-  const std::int64_t grid = gridDim.x;
-  return int(((u + 1) * grid + units - 1) / units - 1);
+__device__ __forceinline__ int share_owner(const Walk& w, std::int64_t u) {
+  return int(((u + 1) * w.blocks + w.units - 1) / w.units - 1);
 }
 
-// One warp, every lane.
-template <int kRows>
-__device__ Walk start_walk(const Params& p, bool split) {
+// Every thread of the block, after the table is built.
+__device__ inline Walk start_walk(const Params& p, const int* first, bool split) {
   Walk w{};
   w.split = split;
   w.k_blocks = (p.k + wgmma::kTileK - 1) / wgmma::kTileK;
+  w.tiles = first[p.groups];
   w.index = int(blockIdx.x);
   if (split) {
-    w.units = std::int64_t(count_tiles<kRows>(p)) * w.k_blocks;
-    w.begin = w.at = share_begin(w.units, int(blockIdx.x));
-    w.end = share_begin(w.units, int(blockIdx.x) + 1);
+    w.units = std::int64_t(w.tiles) * w.k_blocks;
+    w.blocks = int(min(std::int64_t(gridDim.x), w.units));
+    const int b = int(blockIdx.x);
+    w.begin = w.at = b < w.blocks ? share_begin(w, b) : 0;
+    w.end = b < w.blocks ? share_begin(w, b + 1) : 0;
   }
   return w;
 }
 
-// The walk's next segment; false past the block's work. One warp, every lane.
+// The walk's next segment; false past the block's work.
 template <int kRows>
-__device__ bool next_segment(const Params& p, Walk& w, Segment& s) {
+__device__ bool next_segment(const Params& p, const int* first, Walk& w, Segment& s) {
   if (!w.split) {
-    if (!wgmma::find_tile<kRows>(p, w.index, s.tile)) return false;
+    if (w.index >= w.tiles) return false;
     s.index = w.index;
     s.kb0 = 0;
     s.kb1 = w.k_blocks;
     w.index += int(gridDim.x);
-    return true;
+  } else {
+    if (w.at >= w.end) return false;
+    s.index = int(w.at / w.k_blocks);
+    s.kb0 = int(w.at % w.k_blocks);
+    s.kb1 = int(min(std::int64_t(w.k_blocks), s.kb0 + (w.end - w.at)));
+    w.at += s.kb1 - s.kb0;
   }
-  if (w.at >= w.end) return false;
-  s.index = int(w.at / w.k_blocks);
-  s.kb0 = int(w.at % w.k_blocks);
-  s.kb1 = int(min(std::int64_t(w.k_blocks), s.kb0 + (w.end - w.at)));
-  wgmma::find_tile<kRows>(p, s.index, s.tile);
-  w.at += s.kb1 - s.kb0;
+  s.tile = wgmma::warp_uniform(table_tile<kRows>(p, first, s.index));
   return true;
 }
 
@@ -103,9 +144,7 @@ __device__ __forceinline__ bool whole(const Walk& w, const Segment& s) { return 
 
 // Block b's slot for the tile whose first unit is `first`: its share's first segment (0) when the
 // share begins inside the tile, else its last (1).
-__device__ __forceinline__ int slot_of(std::int64_t units, int b, std::int64_t first) {
-  return share_begin(units, b) >= first ? 0 : 1;
-}
+__device__ __forceinline__ int slot_of(const Walk& w, int b, std::int64_t first) { return share_begin(w, b) >= first ? 0 : 1; }
 
 // A split segment's sums acc (this consumer thread's, `thread` of `threads`) meet the tile's other
 // contributors': true when this block arrived last, acc then holding the tile's sums in block
@@ -116,28 +155,28 @@ __device__ bool meet(const Split& split, const Walk& w, const Segment& s, float 
                      Sync sync, int* last) {
   constexpr int kFloats = kW * kR;
   const std::int64_t first = std::int64_t(s.index) * w.k_blocks;
-  const int first_block = share_owner(w.units, first), last_block = share_owner(w.units, first + w.k_blocks - 1);
+  const int first_block = share_owner(w, first), last_block = share_owner(w, first + w.k_blocks - 1);
   const int me = int(blockIdx.x);
   auto slot = [&](int b) {
-    return split.partials + (std::size_t(b) * 2 + std::size_t(slot_of(w.units, b, first))) * kFloats * threads + thread;
+    return split.partials + (std::size_t(b) * 2 + std::size_t(slot_of(w, b, first))) * kFloats * threads + thread;
   };
   float* mine = slot(me);
 #pragma unroll
   for (int j = 0; j < kW; ++j)
 #pragma unroll
     for (int i = 0; i < kR; ++i) __stcg(mine + (j * kR + i) * threads, acc[j][i]);
-  __threadfence();
+  // The block's stores, then one arrival that releases them at GPU scope (and acquires the earlier
+  // arrivals' sums); the barrier passes the answer, and what it acquired, to every thread.
   sync();
   if (thread == 0) {
-    const int arrived = atomicAdd(split.counters + s.index, 1) + 1;
-    const bool done = arrived == last_block - first_block + 1;
+    int arrived;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(split.counters + s.index) : "memory");
+    const bool done = arrived + 1 == last_block - first_block + 1;
     if (done) split.counters[s.index] = 0;
     *last = done;
   }
   sync();
-  const bool done = *last != 0;
-  if (!done) return false;
-  __threadfence();
+  if (*last == 0) return false;
   float sum[kW][kR] = {};
   for (int b = first_block; b <= last_block; ++b) {
     const float* theirs = slot(b);
