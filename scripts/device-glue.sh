@@ -85,9 +85,17 @@ for t in map(int, sys.argv[1].split(",")):
 PY
   bench_bin="$(find "$build" -name grouped_gemm_bench -type f | head -n 1)"
   echo "== grouped_gemm_bench --cases (decode routings, T=${MOEKIT_GEMM_TOKENS:-1,8})"
-  MOEKIT_BENCH_TILES="${MOEKIT_GEMM_TILES:-tokens,rows8}" timeout 200 "$bench_bin" --cases /tmp/gemm_cases.txt \
+  MOEKIT_BENCH_TILES="${MOEKIT_GEMM_TILES:-W as A,warp mma}" timeout 200 "$bench_bin" --cases /tmp/gemm_cases.txt \
     >"$out/gemm.txt" 2>&1 || status=1
-  grep -E "us " "$out/gemm.txt" | sed -E 's/ +/ /g' | cut -c1-160
+  grep -E " us " "$out/gemm.txt" | sed -E 's/ +/ /g; s/groups=[0-9]+ //; s/ N=[0-9]+ K=[0-9]+//; s/TFLOP.s //' | cut -c1-150
+  # MOEKIT_GEMM_NCU=label: Nsight Compute's sections on the decode kernels of that case alone
+  if [ -n "${MOEKIT_GEMM_NCU:-}" ]; then
+    grep "^${MOEKIT_GEMM_NCU} " /tmp/gemm_cases.txt >/tmp/gemm_ncu_case.txt
+    MOEKIT_BENCH_TILES="${MOEKIT_GEMM_NCU_TILES:-8 rows x}" timeout 200 ncu -k regex:fp8_decode --launch-count 12 \
+      --section SpeedOfLight --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+      "$bench_bin" --cases /tmp/gemm_ncu_case.txt >"$out/gemm_ncu.txt" 2>&1 || status=1
+    grep -E "fp8_decode|Duration|DRAM Throughput|Memory Throughput|Warp Cycles Per Issued|Stall|Grid Size" "$out/gemm_ncu.txt" | head -n 80
+  fi
 fi
 
 if [[ " $steps " == *" ncu "* ]]; then

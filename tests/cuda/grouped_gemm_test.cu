@@ -729,6 +729,12 @@ TEST_P(CudaGroupedGemmSplitK, FollowsTheUnsplitTileAndRerunsBitIdentical) {
   for (std::size_t i = 0; i < split.d.size(); ++i) ASSERT_EQ(split.d[i].bits, again.d[i].bits) << "rerun, D element " << i;
   for (std::size_t i = 0; i < split.q.size(); ++i) ASSERT_EQ(split.q[i], again.q[i]) << "rerun, q element " << i;
 
+  // bf16 D: a reassociated f32 sum may round the other way, and where terms cancel the difference
+  // is the terms' (the output's largest), not the element's, rounding.
+  float max_d = 0.0f;
+  for (std::int64_t r = 0; r < device_rows; ++r)
+    if (!activated && g.layout.source_row[std::size_t(r)] >= 0)
+      for (std::int64_t j = 0; j < c.shape.n; ++j) max_d = std::max(max_d, std::fabs(bf16_to_float(whole.d[std::size_t(r * c.shape.n + j)])));
   std::int64_t data = 0, differ = 0;
   for (std::int64_t r = 0; r < device_rows; ++r) {
     const bool pad = g.layout.source_row[std::size_t(r)] < 0;
@@ -740,7 +746,7 @@ TEST_P(CudaGroupedGemmSplitK, FollowsTheUnsplitTileAndRerunsBitIdentical) {
           continue;
         }
         const float a = bf16_to_float(got), b = bf16_to_float(want);
-        ASSERT_LE(std::fabs(a - b), 1.0f / 128 * std::fabs(b) + 1e-6f) << "row " << r << " column " << j;
+        ASSERT_LE(std::fabs(a - b), std::fabs(b) / 128 + max_d / 4096) << "row " << r << " column " << j;
         differ += got.bits != want.bits;
         ++data;
       }
