@@ -175,13 +175,15 @@ void run_case(const Case& c) {
     void* workspace = nullptr;
     void* act_q = nullptr;
     void* act_scales = nullptr;
-    void* counters = nullptr;
     moekit::cuda::GroupedGemmArgs args;
     std::vector<float> times;
   };
   std::vector<Run> runs;
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
-    const bool decode = tile == GemmTile::rows8_warp_mma || moekit::cuda::reads_rows_by_index(tile);
+    const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
+                        tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma ||
+                        tile == GemmTile::tokens8_n256_act || tile == GemmTile::tokens16_n256_act ||
+                        tile == GemmTile::tokens32_n256_act;
     if (decode && max_group > 32) continue;  // decode only
     if (std::getenv("MOEKIT_BENCH_NO_F16") && (tile == GemmTile::m128_n128_f16 || tile == GemmTile::m64_n128_f16))
       continue;
@@ -206,12 +208,6 @@ void run_case(const Case& c) {
     r.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
     r.args.d = static_cast<moekit::bf16*>(d);
     r.args.counts = static_cast<const std::int32_t*>(counts);
-    // Split K: counters zeroed once (each run leaves them zero), as the layer's plan zeroes them.
-    if (const std::int64_t n = moekit::cuda::split_counters(r.desc, {tile}); n > 0) {
-      CHECK(cudaMalloc(&r.counters, std::size_t(n) * sizeof(std::int32_t)));
-      CHECK(cudaMemset(r.counters, 0, std::size_t(n) * sizeof(std::int32_t)));
-      r.args.tile_counters = static_cast<std::int32_t*>(r.counters);
-    }
     if (activated) {
       CHECK(cudaMalloc(&r.act_q, rows * (c.n / 2)));
       CHECK(cudaMalloc(&r.act_scales, rows * (c.n / 256) * sizeof(float)));
@@ -250,7 +246,6 @@ void run_case(const Case& c) {
     cudaFree(r.workspace);
     cudaFree(r.act_q);
     cudaFree(r.act_scales);
-    cudaFree(r.counters);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

@@ -209,8 +209,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::tokens8_n128_wgmma ? "_decode8_"
                      : info.param.tile == GemmTile::tokens16_n128_wgmma ? "_decode16_"
                      : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
-                     : info.param.tile == GemmTile::tokens8_n128_splitk ? "_decode8_splitk_"
-                     : info.param.tile == GemmTile::tokens16_n128_splitk ? "_decode16_splitk_"
                      : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
                      : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
                      : info.param.tile == GemmTile::tokens192_n128_persistent ? "_swapped_"
@@ -332,7 +330,7 @@ std::vector<Case> all_cases() {
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     // The warp-MMA and decode kernels take whole 128-K blocks (can_implement says so).
     for (GemmTile tile : {GemmTile::rows8_warp_mma, GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma,
-                          GemmTile::tokens32_n128_wgmma, GemmTile::tokens8_n128_splitk, GemmTile::tokens16_n128_splitk})
+                          GemmTile::tokens32_n128_wgmma})
       for (const Shape& s : shapes())
         if (takes(padding, s) && cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
           cases.push_back({GemmKind::fp8_block, tile, s, padding});
@@ -377,8 +375,7 @@ struct BlockGemmOnDevice {
 };
 
 // The persistent tiles: a rerun and a CUDA graph's replays give the same bits (no atomics, a fixed
-// tile walk), on skewed groups in the layer's padded layout. The split-K decode tiles too: their
-// arrivals are counted atomically, but the sums are added in block order whoever arrives last.
+// tile walk), on skewed groups in the layer's padded layout.
 class CudaGroupedGemmPersistent : public ::testing::TestWithParam<GemmTile> {};
 
 TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
@@ -430,14 +427,11 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
-                                           GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
-                                           GemmTile::tokens8_n128_splitk, GemmTile::tokens16_n128_splitk),
+                                           GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            return info.param == GemmTile::m128_n128_persistent       ? std::string("n128")
                                   : info.param == GemmTile::m128_n192_persistent     ? std::string("n192")
                                   : info.param == GemmTile::m128_n128_persistent_k32 ? std::string("n128_k32")
-                                  : info.param == GemmTile::tokens8_n128_splitk      ? std::string("tokens8_splitk")
-                                  : info.param == GemmTile::tokens16_n128_splitk     ? std::string("tokens16_splitk")
                                                                                      : std::string("swapped");
                          });
 
@@ -671,124 +665,6 @@ INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmByIndex,
                              default: return std::string("tokens32_act");
                            }
                          });
-
-// Split K (tokens{8,16}_n256_act_splitk, tokens{8,16}_n128_splitk) against the same kernel unsplit,
-// with the layer's counters (given, zeroed once, left zero by each run): the activated rows within
-// an FP8 step of the unsplit tile's (the K blocks' sums reassociated at the split points; a
-// handful of codes may round the other way), bf16 D within a bf16 rounding; padding rows never
-// written; a rerun on the same counters gives the same bits. Groups from empty to 300 rows, and
-// few rows in few groups (every tile split many ways), K of 5 and 17 blocks.
-struct SplitCase {
-  GemmTile split, whole;
-  Shape shape;
-};
-
-class CudaGroupedGemmSplitK : public ::testing::TestWithParam<SplitCase> {};
-
-TEST_P(CudaGroupedGemmSplitK, FollowsTheUnsplitTileAndRerunsBitIdentical) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const SplitCase& c = GetParam();
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  BlockGemmOnDevice g(c.shape, 16, rng);
-  const bool activated = cuda::output_of(c.split) == cuda::GemmOutput::activated_fp8;
-  const std::int64_t inter = c.shape.n / 2, device_rows = g.layout.offsets.back(), kb2 = inter / kBlock;
-  DeviceArray<std::uint8_t> q(std::size_t(device_rows * inter));
-  DeviceArray<float> q_scales(std::size_t(device_rows * kb2));
-  cuda::GroupedGemmDesc desc = g.desc;
-  cuda::GroupedGemmArgs args = g.args;
-  if (activated) {
-    desc.output = cuda::GemmOutput::activated_fp8;
-    args.activated = {q.data(), q_scales.data(), Activation::silu_and_mul, 1.702f, 7.0f, false};
-  }
-  ASSERT_EQ(cuda::split_counters(desc, {c.whole}), 0);
-  const std::int64_t n_counters = cuda::split_counters(desc, {c.split});
-  ASSERT_GT(n_counters, 0);
-  DeviceArray<std::int32_t> counters(std::vector<std::int32_t>(std::size_t(n_counters), 0));
-  struct Out {
-    std::vector<bf16> d;
-    std::vector<std::uint8_t> q;
-    std::vector<float> scales;
-  };
-  auto run = [&](GemmTile tile, std::int32_t* tile_counters) {
-    EXPECT_TRUE(cuda::can_implement(desc, {tile})) << desc.to_string();
-    DeviceArray<std::uint8_t> workspace(std::max<std::size_t>(cuda::workspace_size(desc, {tile}), 1));
-    g.d.poison();
-    q.poison();
-    q_scales.poison();
-    args.tile_counters = tile_counters;
-    cuda::run_grouped_gemm(desc, {tile}, args, workspace.data(), nullptr);
-    sync_and_check();
-    return Out{g.d.download(), q.download(), q_scales.download()};
-  };
-  const Out whole = run(c.whole, nullptr);
-  const Out split = run(c.split, counters.data());
-  const Out again = run(c.split, counters.data());
-  for (std::int32_t v : counters.download()) ASSERT_EQ(v, 0) << "a counter left non-zero";
-  for (std::size_t i = 0; i < split.d.size(); ++i) ASSERT_EQ(split.d[i].bits, again.d[i].bits) << "rerun, D element " << i;
-  for (std::size_t i = 0; i < split.q.size(); ++i) ASSERT_EQ(split.q[i], again.q[i]) << "rerun, q element " << i;
-
-  // bf16 D: a reassociated f32 sum may round the other way, and where terms cancel the difference
-  // is the terms' (the output's largest), not the element's, rounding.
-  float max_d = 0.0f;
-  for (std::int64_t r = 0; r < device_rows; ++r)
-    if (!activated && g.layout.source_row[std::size_t(r)] >= 0)
-      for (std::int64_t j = 0; j < c.shape.n; ++j) max_d = std::max(max_d, std::fabs(bf16_to_float(whole.d[std::size_t(r * c.shape.n + j)])));
-  std::int64_t data = 0, differ = 0;
-  for (std::int64_t r = 0; r < device_rows; ++r) {
-    const bool pad = g.layout.source_row[std::size_t(r)] < 0;
-    if (!activated) {
-      for (std::int64_t j = 0; j < c.shape.n; ++j) {
-        const bf16 got = split.d[std::size_t(r * c.shape.n + j)], want = whole.d[std::size_t(r * c.shape.n + j)];
-        if (pad) {
-          ASSERT_EQ(got.bits, 0xffff) << "padding row " << r << " written";
-          continue;
-        }
-        const float a = bf16_to_float(got), b = bf16_to_float(want);
-        ASSERT_LE(std::fabs(a - b), std::fabs(b) / 128 + max_d / 4096) << "row " << r << " column " << j;
-        differ += got.bits != want.bits;
-        ++data;
-      }
-      continue;
-    }
-    // The row's group and place in it, for the scales in GEMM2's layout.
-    std::size_t e = 0;
-    while (g.layout.offsets[e + 1] <= r) ++e;
-    const std::int64_t row0 = g.layout.offsets[e], padded = g.layout.offsets[e + 1] - row0;
-    for (std::int64_t j = 0; j < inter; ++j) {
-      const std::size_t i = std::size_t(r * inter + j);
-      if (pad) {
-        ASSERT_EQ(split.q[i], 0xff) << "padding row " << r << " written";
-        continue;
-      }
-      const std::size_t si = std::size_t(row0 * kb2 + (j / kBlock) * padded + (r - row0));
-      const float a = fp8_e4m3_decode(split.q[i]) * split.scales[si], b = fp8_e4m3_decode(whole.q[i]) * whole.scales[si];
-      ASSERT_LE(std::fabs(a - b), 0.13f * std::max(std::fabs(a), std::fabs(b)) + whole.scales[si] / 256)
-          << "row " << r << " channel " << j << " codes " << int(split.q[i]) << " " << int(whole.q[i]);
-      differ += split.q[i] != whole.q[i];
-      ++data;
-    }
-  }
-  std::printf("%lld of %lld values differ from the unsplit tile's\n", static_cast<long long>(differ), static_cast<long long>(data));
-  EXPECT_GT(data, 0);
-  EXPECT_LE(differ, data / 50) << "values that differ from the unsplit tile's";
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Tiles, CudaGroupedGemmSplitK,
-    ::testing::Values(
-        SplitCase{GemmTile::tokens8_n256_act_splitk, GemmTile::tokens8_n256_act, {"ragged", {0, 37, 130, 0, 5, 300, 1, 64}, 768, 640}},
-        SplitCase{GemmTile::tokens8_n256_act_splitk, GemmTile::tokens8_n256_act, {"few", {0, 0, 1, 0, 3, 0, 0, 0}, 512, 2176}},
-        SplitCase{GemmTile::tokens16_n256_act_splitk, GemmTile::tokens16_n256_act, {"few", {0, 0, 1, 0, 9, 0, 0, 16}, 512, 2176}},
-        SplitCase{GemmTile::tokens8_n128_splitk, GemmTile::tokens8_n128_wgmma, {"ragged", {0, 37, 130, 0, 5, 300, 1, 64}, 384, 640}},
-        SplitCase{GemmTile::tokens8_n128_splitk, GemmTile::tokens8_n128_wgmma, {"few", {0, 0, 1, 0, 3, 0, 0, 0}, 256, 2176}},
-        SplitCase{GemmTile::tokens16_n128_splitk, GemmTile::tokens16_n128_wgmma, {"few", {0, 0, 1, 0, 9, 0, 0, 16}, 640, 2176}}),
-    [](const ::testing::TestParamInfo<SplitCase>& info) {
-      const bool act = cuda::output_of(info.param.split) == cuda::GemmOutput::activated_fp8;
-      const bool eight = info.param.split == GemmTile::tokens8_n256_act_splitk || info.param.split == GemmTile::tokens8_n128_splitk;
-      return std::string(eight ? "tokens8" : "tokens16") + (act ? "_act_" : "_") + info.param.shape.name;
-    });
 
 }  // namespace
 }  // namespace moekit::test

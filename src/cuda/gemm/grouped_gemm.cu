@@ -61,12 +61,6 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens8_n256_act: return "8 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens16_n256_act: return "16 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens32_n256_act: return "32 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
-    case GemmTile::tokens8_n128_splitk: return "8 rows x 128 wgmma (W as A), split K over the grid, f32 every 128 K";
-    case GemmTile::tokens16_n128_splitk: return "16 rows x 128 wgmma (W as A), split K over the grid, f32 every 128 K";
-    case GemmTile::tokens8_n256_act_splitk:
-      return "8 rows x (128+128) wgmma (W as A) + activation, split K over the grid, f32 every 128 K";
-    case GemmTile::tokens16_n256_act_splitk:
-      return "16 rows x (128+128) wgmma (W as A) + activation, split K over the grid, f32 every 128 K";
   }
   return "?";
 }
@@ -176,29 +170,9 @@ bool reads_rows_by_index(GemmTile tile) {
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens8_n256_act:
     case GemmTile::tokens16_n256_act:
-    case GemmTile::tokens32_n256_act:
-    case GemmTile::tokens8_n128_splitk:
-    case GemmTile::tokens16_n128_splitk:
-    case GemmTile::tokens8_n256_act_splitk:
-    case GemmTile::tokens16_n256_act_splitk: return true;
+    case GemmTile::tokens32_n256_act: return true;
     default: return false;
   }
-}
-
-std::int64_t split_counters(const GroupedGemmDesc& desc, const GroupedGemmConfig& config) {
-  // At most a counter per tile: a row tile per `rows` rows and a partial one per group, over N's (GEMM1
-  // activated: I's) 128-column tiles.
-  int rows = 0;
-  switch (config.tile) {
-    case GemmTile::tokens8_n128_splitk:
-    case GemmTile::tokens8_n256_act_splitk: rows = 8; break;
-    case GemmTile::tokens16_n128_splitk:
-    case GemmTile::tokens16_n256_act_splitk: rows = 16; break;
-    default: return 0;
-  }
-  const std::int64_t n = output_of(config.tile) == GemmOutput::activated_fp8 ? desc.n / 2 : desc.n;
-  const std::int64_t row_tiles = (desc.max_rows + rows - 1) / rows + std::min(desc.groups, desc.max_rows);
-  return row_tiles * ((n + 127) / 128);
 }
 
 bool honours_counts(GemmKind kind, GemmTile tile) {
@@ -221,13 +195,9 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m64_n128_f16: return up(rows, 64);
     case GemmTile::rows8_warp_mma:
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n256_act:
-    case GemmTile::tokens8_n128_splitk:
-    case GemmTile::tokens8_n256_act_splitk: return up(rows, 8);
+    case GemmTile::tokens8_n256_act: return up(rows, 8);
     case GemmTile::tokens16_n128_wgmma:
-    case GemmTile::tokens16_n256_act:
-    case GemmTile::tokens16_n128_splitk:
-    case GemmTile::tokens16_n256_act_splitk: return up(rows, 16);
+    case GemmTile::tokens16_n256_act: return up(rows, 16);
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens32_n256_act: return up(rows, 32);
     case GemmTile::m128_n128_cooperative:
@@ -247,7 +217,8 @@ GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double rows_pe
             rows + (few ? " <= 64: 64-row tiles" : " > 64: 128-row tiles")};
   }
   // FP8: moekit's kernels, which skip a block's empty tail (CUTLASS's FP8 tiles compute all of it).
-  if (sums == GemmSums::tensor_core && desc.kind == GemmKind::fp8_block) {
+  if (sums == GemmSums::tensor_core && desc.kind == GemmKind::fp8_block &&
+      cuda::can_implement(desc, {GemmTile::tokens32_n128_wgmma})) {  // whole 128-K blocks, at most 1024 groups
     // A row's sums do not depend on the tile's other rows: one 32-row tile serves every count.
     if (batch_invariant) return {{GemmTile::tokens32_n128_wgmma}, "batch-invariant: 32-row decode tiles for every count"};
     if (rows_per_group <= 8) return {{GemmTile::tokens8_n128_wgmma}, rows + " <= 8: 8-row decode tiles (W as WGMMA's A)"};

@@ -53,17 +53,12 @@ enum class GemmTile : std::uint8_t {
   tokens8_n256_act,   // the decode kernel for GEMM1 + activation + requantization (GemmOutput::activated_fp8):
   tokens16_n256_act,  //   128 gate and the 128 up W rows of the same channels, 8, 16 or 32 rows of a group
   tokens32_n256_act,
-  tokens8_n128_splitk,       // the decode tiles with split K (sm90_split_k.cuh): the grid's blocks share the
-  tokens16_n128_splitk,      //   tiles' K blocks evenly, so every SM streams W when few experts are hit; a
-  tokens8_n256_act_splitk,   //   tile's last contributor adds the others' sums in block order
-  tokens16_n256_act_splitk,  //   (deterministic); workspace, and GroupedGemmArgs::tile_counters
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), else bf16.
 constexpr GemmOutput output_of(GemmTile tile) {
   const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::tokens8_n256_act ||
-                         tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act ||
-                         tile == GemmTile::tokens8_n256_act_splitk || tile == GemmTile::tokens16_n256_act_splitk;
+                         tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act;
   return activated ? GemmOutput::activated_fp8 : GemmOutput::bf16;
 }
 
@@ -75,8 +70,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
-    GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::tokens8_n128_splitk,
-    GemmTile::tokens16_n128_splitk,  GemmTile::tokens8_n256_act_splitk, GemmTile::tokens16_n256_act_splitk};
+    GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
@@ -134,14 +128,7 @@ struct GroupedGemmArgs {
   // GroupedGemmDesc::a_by_index only: [max_rows] the row of `a` ([*, K], FP8; its scales k-major
   // [*, ceil(K/128)] in a_scales) that each of the GEMM's rows reads, -1: zeros (padding).
   const std::int32_t* a_rows = nullptr;
-  // Split-K tiles (split_counters > 0): [split_counters(desc, config)] ints, zero on entry, left zero
-  // (a tile's last contributor resets its counter). null: the GEMM's workspace holds them and run
-  // zeroes them first (one memset more).
-  std::int32_t* tile_counters = nullptr;
 };
-
-// The split-K tiles' counters (GroupedGemmArgs::tile_counters); 0 for every other tile.
-std::int64_t split_counters(const GroupedGemmDesc& desc, const GroupedGemmConfig& config);
 
 // Whether the tile can read A's rows by index (GroupedGemmDesc::a_by_index): the decode tiles.
 bool reads_rows_by_index(GemmTile tile);

@@ -1,23 +1,18 @@
-// Grouped GEMM instances: fp8_block with tokens{8,16,32}_n128_wgmma and tokens{8,16}_n128_splitk (see
-// sm90_grouped_gemm_instances.h): moekit's decode kernel (sm90_grouped_gemm_fp8_decode.cuh), bf16 out;
-// the split-K tiles run the same kernels with the blocks sharing the tiles' K blocks.
+// Grouped GEMM instances: fp8_block with tokens{8,16,32}_n128_wgmma (see
+// sm90_grouped_gemm_instances.h): moekit's decode kernel (sm90_grouped_gemm_fp8_decode.cuh), bf16 out.
 #include "cuda/gemm/sm90_grouped_gemm_fp8_decode.cuh"
 
 namespace moekit::cuda::sm90 {
 
-#define MOEKIT_DECODE_INSTANCE(NAME, N, SPLIT)                                                                \
-  std::size_t NAME##_workspace_size(const GroupedGemmDesc& desc) {                                        \
-    return fp8_decode::workspace_size<N, false, SPLIT>(desc);                                                \
-  }                                                                                                       \
+#define MOEKIT_DECODE_INSTANCE(NAME, N)                                                                   \
+  std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                                \
   Status NAME##_can_implement(const GroupedGemmDesc& desc) { return fp8_decode::can_implement(desc, false); } \
-  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) { \
-    fp8_decode::run<N, false, SPLIT>(desc, args, workspace, stream);                                        \
+  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) {   \
+    fp8_decode::run<N, false>(desc, args, stream);                                                       \
   }
-MOEKIT_DECODE_INSTANCE(fp8_block_decode8, 8, false)
-MOEKIT_DECODE_INSTANCE(fp8_block_decode16, 16, false)
-MOEKIT_DECODE_INSTANCE(fp8_block_decode32, 32, false)
-MOEKIT_DECODE_INSTANCE(fp8_block_decode8_splitk, 8, true)
-MOEKIT_DECODE_INSTANCE(fp8_block_decode16_splitk, 16, true)
+MOEKIT_DECODE_INSTANCE(fp8_block_decode8, 8)
+MOEKIT_DECODE_INSTANCE(fp8_block_decode16, 16)
+MOEKIT_DECODE_INSTANCE(fp8_block_decode32, 32)
 #undef MOEKIT_DECODE_INSTANCE
 
 }  // namespace moekit::cuda::sm90

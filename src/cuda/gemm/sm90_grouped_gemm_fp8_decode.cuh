@@ -5,10 +5,10 @@
 // tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out) and
 // sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
 //   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
-//      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. Split K
-//      (the *_splitk tiles, sm90_split_k.cuh): the blocks share the tiles' K blocks evenly instead,
-//      so that every SM streams W when few experts are hit; a tile's last contributor adds the
-//      others' sums in block order (deterministic) and runs the epilogue
+//      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. A block
+//      finds its tiles in a table of each group's first tile that one warp builds in shared memory
+//      from one load of every count (a scan over the counts in global memory per tile cost ~3 us
+//      before the first load at deepseek-v3's 256 groups)
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
 //      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
 //      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory.
@@ -31,7 +31,6 @@
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
-#include "cuda/gemm/sm90_split_k.cuh"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
 namespace moekit::cuda::sm90::fp8_decode {
@@ -75,9 +74,64 @@ struct Shape {
   // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
   static constexpr int kSmemBytes =
       1024 + kStages * kStageBytes + kMaxBytes + 2 * kStages * 8 + 32 + kStages * (kN + kWTiles) * 4;
-  static constexpr int kStaticBytes = 4 * (1024 + 2) + 16;  // the tile table and the flag (fp8_decode's __shared__)
-  static_assert((kSmemBytes + kStaticBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
+  static constexpr int kTableBytes = 4 * (1024 + 1);  // fp8_decode's static tile table
+  static_assert((kSmemBytes + kTableBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
 };
+
+// The tile table: first[g] the number of group g's first tile (the tiles of kN rows over N's
+// 128-column tiles, group after group, as find_tile counts them), first[groups] all tiles. One warp,
+// each lane a run of consecutive groups, every count loaded at once.
+constexpr int kMaxGroups = 1024;
+template <int kN>
+__device__ void build_tile_table(const Params& p, int* first) {
+  const int lane = int(threadIdx.x % 32);
+  const int n_tiles = (p.n + kTileN - 1) / kTileN;
+  const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;
+  int tiles[kMaxGroups / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    tiles[i] = i < per_lane && g < p.groups ? (rows_of(p, g) + kN - 1) / kN * n_tiles : 0;
+  }
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) sum += tiles[i];
+  int inclusive = sum;
+#pragma unroll
+  for (int step = 1; step < 32; step *= 2) {
+    const int v = __shfl_up_sync(~0u, inclusive, step);
+    if (lane >= step) inclusive += v;
+  }
+  int at = inclusive - sum;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    if (i < per_lane && g < p.groups) first[g] = at;
+    at += tiles[i];
+  }
+  if (lane == 31) first[p.groups] = inclusive;
+}
+
+// The index-th tile (index < first[groups]): its group by binary search in the table. Every lane of
+// a warp.
+template <int kN>
+__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, int index) {
+  int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= index) lo = mid;
+    else hi = mid;
+  }
+  Tile t;
+  t.group = lo;
+  t.row0 = p.offsets[lo];
+  t.padded = p.offsets[lo + 1] - t.row0;
+  t.rows = rows_of(p, lo);
+  const int m_tiles = (t.rows + kN - 1) / kN, u = index - first[lo];
+  t.m0 = u % m_tiles * kN;
+  t.n0 = u / m_tiles * kTileN;
+  return warp_uniform(t);
+}
 
 // Warp 0: per 128 of K, lane 0's TMA of the rows and of the W tile(s), the lanes' cp.async of the
 // rows' A scales and the W tiles' scales (produce() of sm90_wgmma.cuh, with kAct's second W tile).
@@ -91,11 +145,10 @@ __device__ __forceinline__ void copy16_async(std::uint32_t dst, const void* src,
 
 template <int kN, bool kAct>
 __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p,
-                                               const IndexedA& ia, int w_rows, const split_k::Segment& segment,
-                                               const Ring& ring, int& position) {
+                                               const IndexedA& ia, int w_rows, const Tile& t, const Ring& ring,
+                                               int& position) {
   using S = Shape<kN, kAct>;
   const int lane = int(threadIdx.x % 32);
-  const Tile& t = segment.tile;
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int n_blocks = (w_rows + kTileN - 1) / kTileN;
   const float* w_scale = p.w_scales + std::size_t(t.group) * k_blocks * n_blocks + t.n0 / kTileN;
@@ -114,7 +167,7 @@ __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const C
     }
     if (lane < kN) scale_token = t.m0 + lane < t.rows ? __ldg(ia.rows + t.row0 + t.m0 + lane) : -1;
   }
-  for (int kb = segment.kb0; kb < segment.kb1; ++kb, ++position) {
+  for (int kb = 0; kb < k_blocks; ++kb, ++position) {
     const RingSlot slot = ring_slot(ring, position);
     const int s = slot.stage;
     barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
@@ -147,11 +200,6 @@ __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const C
       copy4_async(ring.scale_w + S::kWTiles * s + lane, w_scale + std::size_t(kb) * n_blocks + lane * up, true, w_scale);
     barrier_arrive_when_copied(ring.full + 8 * s);
   }
-}
-
-// The consumer warpgroups' barrier (named barrier 1; the producer warp never takes part).
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
 }
 
 // The activated rows of a tile (kAct): this thread's gate and up sums (rows 8 (i / 4) + 2 (lane % 4)
@@ -194,7 +242,7 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
       if (lane < 4) maxima[warp * kN + 8 * b + 2 * lane + h] = m;
     }
   }
-  consumers_sync();
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");  // the consumer warpgroups
 #pragma unroll
   for (int b = 0; b < kRowPairs; ++b) {
 #pragma unroll
@@ -218,29 +266,28 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
 template <int kN, bool kAct>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, IndexedA ia,
-               ActOut act, split_k::Split split) {
+               ActOut act) {
   using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
-  __shared__ int last_arrival;                          // split K: this block finishes the tile
-  __shared__ int tile_first[split_k::kMaxGroups + 1];  // the tile table (split_k::build_tile_table)
   Tile* unused = nullptr;
   const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
   float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
                                            S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
+  __shared__ int tile_first[kMaxGroups + 1];  // the tile table (build_tile_table)
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
-  if (threadIdx.x >= 32 && threadIdx.x < 64) split_k::build_tile_table<kN>(p, tile_first);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first);
   __syncthreads();
+  const int tiles = tile_first[p.groups];
+  const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   // kAct: the tiles walk I's 128-channel blocks (p.n = I); W has 2I rows per group.
   const int w_rows = kAct ? 2 * p.n : p.n;
-  split_k::Walk walk = split_k::start_walk(p, tile_first, split.on);
-  split_k::Segment segment;
 
   if (warpgroup == 0) {  // the producer: warp 0
     if (threadIdx.x >= 32) return;
     int position = 0;
-    while (split_k::next_segment<kN>(p, tile_first, walk, segment))
-      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, segment, ring, position);
+    for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x))
+      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, table_tile<kN>(p, tile_first, index), ring, position);
     return;
   }
 
@@ -255,13 +302,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const std::uint64_t desc_a0 = smem_descriptor(ring.tiles);
   constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
   int position = 0, tiles_done = 0;
-  while (split_k::next_segment<kN>(p, tile_first, walk, segment)) {
-    const Tile& t = segment.tile;
+  for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x), ++tiles_done) {
+    const Tile t = table_tile<kN>(p, tile_first, index);
 #pragma unroll
     for (int w = 0; w < S::kWTiles; ++w)
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[w][i] = 0.0f;
-    for (int kb = segment.kb0; kb < segment.kb1; ++kb, ++position) {
+    for (int kb = 0; kb < k_blocks; ++kb, ++position) {
       const RingSlot slot = ring_slot(ring, position);
       const int s = slot.stage;
       barrier_wait(ring.full + 8 * s, slot.parity);
@@ -295,10 +342,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
         for (int i = 0; i < kRegs; ++i) acc[w][i] += scale[w][2 * (i / 4) + i % 2] * part[w][i];
     }
-    if (split.on && !split_k::whole(walk, segment) &&
-        !split_k::meet(split, walk, segment, acc, int(threadIdx.x) - 128, kConsumers * 128, [] { consumers_sync(); },
-                       &last_arrival))
-      continue;  // another block finishes the tile
     if constexpr (kAct) {
       store_activated<kN>(p, act, t, acc[0], acc[1], lo, maxima + (tiles_done % 2) * kConsumers * 4 * kN);
     } else {
@@ -311,73 +354,36 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           p.d[(std::size_t(t.row0) + row) * p.n + channel] = __float2bfloat16_rn(acc[0][i]);
       }
     }
-    ++tiles_done;
   }
 }
 
-// The split-K tile of this kernel (grouped_gemm.h: split_counters).
+// Persistent: at most two blocks per SM, each walking every grid-th tile. kAct: N = 2I (gate
+// rows, then up rows), the tiles over I.
 template <int kN, bool kAct>
-constexpr GemmTile split_tile() {
-  static_assert(kN == 8 || kN == 16, "split K on the 8- and 16-row tiles");
-  if constexpr (kAct) return kN == 8 ? GemmTile::tokens8_n256_act_splitk : GemmTile::tokens16_n256_act_splitk;
-  else return kN == 8 ? GemmTile::tokens8_n128_splitk : GemmTile::tokens16_n128_splitk;
-}
-
-// Split K's workspace: the counters (used unless the caller gives them: GroupedGemmArgs::tile_counters),
-// then a slot of sums per consumer thread for each block's first and last segment.
-inline std::size_t counter_bytes(std::int64_t counters) { return (sizeof(std::int32_t) * std::size_t(counters) + 255) / 256 * 256; }
-template <int kN, bool kAct, bool kSplit>
-std::size_t workspace_size(const GroupedGemmDesc& desc) {
-  if constexpr (kSplit) {
-    const std::size_t slot = sizeof(float) * std::size_t(kAct ? 2 : 1) * std::size_t(kN / 2) * kConsumers * 128;
-    return counter_bytes(split_counters(desc, {split_tile<kN, kAct>()})) +
-           std::size_t(kBlocksPerSm) * std::size_t(multiprocessor_count()) * 2 * slot;
-  } else {
-    return 0;
-  }
-}
-
-// Persistent: at most two blocks per SM, each walking every grid-th tile, or (Split::on) its share
-// of the tiles' K blocks. kAct: N = 2I (gate rows, then up rows), the tiles over I.
-template <int kN, bool kAct, bool kSplit>
-void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) {
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN, kAct>;
   GroupedGemmDesc tiles = desc;
   if (kAct) tiles.n = desc.n / 2;
   TileLaunch l = tile_launch(tiles, args, kN);
   if (l.blocks == 0) return;
   l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
-  const unsigned slots = unsigned(kBlocksPerSm * multiprocessor_count());
-  unsigned grid = std::min<unsigned>(l.blocks, slots);
-  split_k::Split sk;
-  if constexpr (kSplit) {
-    require(workspace != nullptr, "decode WGMMA GEMM: split K needs its workspace");
-    const std::int64_t units = std::int64_t(l.blocks) * (desc.k / kTileK);
-    grid = unsigned(std::min<std::int64_t>(units, slots));
-    const std::int64_t counters = split_counters(desc, {split_tile<kN, kAct>()});
-    auto* bytes = static_cast<std::uint8_t*>(workspace);
-    sk.on = true;
-    sk.counters = args.tile_counters ? args.tile_counters : reinterpret_cast<std::int32_t*>(bytes);
-    sk.partials = reinterpret_cast<float*>(bytes + counter_bytes(counters));
-    if (!args.tile_counters)
-      MOEKIT_CUDA_CHECK(cudaMemsetAsync(sk.counters, 0, sizeof(std::int32_t) * std::size_t(counters), stream));
-  }
+  const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(tiles.n), o.act, o.alpha, o.limit, o.ue8m0};
   // By index, map_a (over max_rows rows of `a`) is never read: the rows come by cp.async.
   require(!desc.a_by_index || args.a_rows, "decode WGMMA GEMM: rows by index need a_rows");
   const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
-  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act, sk);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 
 // K in whole 128-blocks (a stage is one); kAct: N = 2I with I a multiple of 128 (a tile's channels
 // are one whole scale block), a gated activation.
 inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
-  if (desc.groups > split_k::kMaxGroups)
-    return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(split_k::kMaxGroups) +
-                      ", given " + std::to_string(desc.groups));
+  if (desc.groups > kMaxGroups)
+    return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(kMaxGroups) + ", given " +
+                      std::to_string(desc.groups));
   if (desc.k % kBlock != 0)
     return Status::no("K: the decode WGMMA kernel takes whole 128-K blocks, given " + std::to_string(desc.k));
   if (act && desc.n % (2 * kTileN) != 0)

@@ -38,11 +38,7 @@
   X(GemmKind::fp8_block, GemmTile::m128_n128_persistent_k32, fp8_block_n128_k32) \
   X(GemmKind::fp8_block, GemmTile::tokens8_n256_act, fp8_block_decode8_act)      \
   X(GemmKind::fp8_block, GemmTile::tokens16_n256_act, fp8_block_decode16_act)    \
-  X(GemmKind::fp8_block, GemmTile::tokens32_n256_act, fp8_block_decode32_act)      \
-  X(GemmKind::fp8_block, GemmTile::tokens8_n128_splitk, fp8_block_decode8_splitk)    \
-  X(GemmKind::fp8_block, GemmTile::tokens16_n128_splitk, fp8_block_decode16_splitk)  \
-  X(GemmKind::fp8_block, GemmTile::tokens8_n256_act_splitk, fp8_block_decode8_act_splitk)  \
-  X(GemmKind::fp8_block, GemmTile::tokens16_n256_act_splitk, fp8_block_decode16_act_splitk)
+  X(GemmKind::fp8_block, GemmTile::tokens32_n256_act, fp8_block_decode32_act)
 
 namespace moekit::cuda::sm90 {
 

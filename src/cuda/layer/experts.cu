@@ -95,7 +95,6 @@ struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *row_expert;
   void *q1, *h1, *q2;
   float *s1, *s1_gemm, *s2, *s2_gemm;
-  std::int32_t* tile_counters;  // the split-K GEMMs' (both GEMMs', one after the other: left zero)
   core::Workspace plan_ws, gather_ws, act_ws, gemm1_ws, gemm2_ws;
 };
 
@@ -148,13 +147,6 @@ class Experts final : public core::ExpertsStage {
     plan_args.slot_rows = args.slot_rows.ptr<std::int32_t>();
     plan_args.row_token = b.row_token;
     plan_args.row_expert = b.row_expert;
-    // The split-K GEMMs' counters start at zero: set by the plan's launch, or one memset.
-    if (m.prepares) {
-      plan_args.zeroed = b.tile_counters;
-      plan_args.zeroed_count = m.tile_counters;
-    } else if (m.tile_counters > 0) {
-      MOEKIT_CUDA_CHECK(cudaMemsetAsync(b.tile_counters, 0, sizeof(std::int32_t) * std::size_t(m.tile_counters), as_cuda(stream)));
-    }
     if (m.prepares) {
       const QuantScheme s = config_.quant.scheme;
       permute::PrepareArgs prepare;
@@ -194,7 +186,6 @@ class Experts final : public core::ExpertsStage {
       a1.a_scales = args.in.scales.ptr<float>();
       a1.a_rows = b.row_token;
     }
-    a1.tile_counters = b.tile_counters;
     if (activated)
       a1.activated = {b.q2, b.s2, config_.activation, config_.swiglu_alpha, config_.swiglu_limit,
                       config_.quant.scale_format == ScaleFormat::ue8m0};
@@ -216,7 +207,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.data,
                        weights_.w2_scales.ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
-    a2.tile_counters = b.tile_counters;
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -336,7 +326,6 @@ class Experts final : public core::ExpertsStage {
     Status status = Status::ok();
     bool prepares = false;  // the input's preparation in the plan's launch (prepares_input)
     std::size_t plan_ws = 0, gather_ws = 0, act_ws = 0, gemm1_ws = 0, gemm2_ws = 0;  // when status
-    std::int64_t tile_counters = 0;  // the split-K GEMMs' counters (the larger need of the two)
   };
   static constexpr std::size_t kPlansKept = 4096;  // past this many distinct T the table starts again
 
@@ -365,7 +354,6 @@ class Experts final : public core::ExpertsStage {
     m.act_ws = activation::workspace_size(activation_problem(p));
     m.gemm1_ws = cuda::workspace_size(g1.first, g1.second);
     m.gemm2_ws = cuda::workspace_size(g2.first, g2.second);
-    m.tile_counters = std::max(split_counters(g1.first, g1.second), split_counters(g2.first, g2.second));
     return m;
   }
 
@@ -531,7 +519,6 @@ class Experts final : public core::ExpertsStage {
     b.q2 = c.take(std::size_t(rows * inter) * act_bytes);
     b.s2 = floats((rows + slack) * ceil_div(inter, kBlock));
     b.s2_gemm = floats((rows + slack) * ceil_div(inter, kBlock));
-    b.tile_counters = m.tile_counters > 0 ? ints(m.tile_counters) : nullptr;
     b.plan_ws = workspace(m.plan_ws);
     b.gather_ws = workspace(m.gather_ws);
     b.act_ws = workspace(m.act_ws);

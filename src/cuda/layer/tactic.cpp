@@ -21,13 +21,9 @@ double max_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::rows8_warp_mma: return 8;
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n256_act:
-    case GemmTile::tokens8_n128_splitk:
-    case GemmTile::tokens8_n256_act_splitk: return 16;
+    case GemmTile::tokens8_n256_act: return 16;
     case GemmTile::tokens16_n128_wgmma:
-    case GemmTile::tokens16_n256_act:
-    case GemmTile::tokens16_n128_splitk:
-    case GemmTile::tokens16_n256_act_splitk: return 32;
+    case GemmTile::tokens16_n256_act: return 32;
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens32_n256_act: return 64;
     default: return 1e300;
@@ -66,9 +62,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     // moekit's decode WGMMA kernels sum 128 of K in the tensor core, as CUTLASS's tiles do.
     if (sums == GemmSums::tensor_core)
       tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
-                                 GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act,
-                                 GemmTile::tokens8_n128_splitk, GemmTile::tokens16_n128_splitk,
-                                 GemmTile::tokens8_n256_act_splitk, GemmTile::tokens16_n256_act_splitk});
+                                 GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act});
   }
   return tiles;
 }
@@ -92,8 +86,6 @@ GemmTile activated_decode(GemmTile tile) {
     case GemmTile::tokens8_n128_wgmma: return GemmTile::tokens8_n256_act;
     case GemmTile::tokens16_n128_wgmma: return GemmTile::tokens16_n256_act;
     case GemmTile::tokens32_n128_wgmma: return GemmTile::tokens32_n256_act;
-    case GemmTile::tokens8_n128_splitk: return GemmTile::tokens8_n256_act_splitk;
-    case GemmTile::tokens16_n128_splitk: return GemmTile::tokens16_n256_act_splitk;
     default: return tile;
   }
 }
@@ -156,10 +148,6 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens8_n256_act: return "tokens8_n256_act";
     case GemmTile::tokens16_n256_act: return "tokens16_n256_act";
     case GemmTile::tokens32_n256_act: return "tokens32_n256_act";
-    case GemmTile::tokens8_n128_splitk: return "tokens8_n128_splitk";
-    case GemmTile::tokens16_n128_splitk: return "tokens16_n128_splitk";
-    case GemmTile::tokens8_n256_act_splitk: return "tokens8_n256_act_splitk";
-    case GemmTile::tokens16_n256_act_splitk: return "tokens16_n256_act_splitk";
   }
   return "";
 }
