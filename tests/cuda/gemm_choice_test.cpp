@@ -153,6 +153,25 @@ TEST(CudaMaskedGemmChoice, CutlassFp8TilesComputeEveryRow) {
   }
 }
 
+// The decode kernel (as the persistent tiles) finds its tiles in a table of at most 1024 groups in
+// shared memory: past that it says so, and both heuristics take another tile that can run (masked and
+// batch-invariant: the FP8 WGMMA kernel's 64-row tiles).
+TEST(CudaGemmChoice, DecodeTilesTakeAtMost1024Groups) {
+  const cuda::GroupedGemmDesc wide{GemmKind::fp8_block, 2048, 4096, 7168, 2048 * 16, 512};
+  const Status status = cuda::can_implement(wide, {GemmTile::tokens8_n128_wgmma});
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.reason().find("tile table takes at most 1024"), std::string::npos) << status.reason();
+  EXPECT_TRUE(cuda::can_implement({GemmKind::fp8_block, 1024, 4096, 7168, 1024 * 16, 512}, {GemmTile::tokens8_n128_wgmma}));
+  const cuda::GemmChoice contiguous = cuda::choose_gemm_config(wide, 0.25, GemmSums::tensor_core, false);
+  EXPECT_TRUE(cuda::can_implement(wide, contiguous.config)) << contiguous.config.to_string();
+  const cuda::GroupedGemmDesc masked{GemmKind::fp8_block, 2048, 4096, 7168, 2048 * 64, 2048 * 64};
+  for (const bool invariant : {false, true}) {
+    const cuda::GemmChoice choice = cuda::choose_masked_gemm_config(masked, 8, GemmSums::tensor_core, invariant);
+    EXPECT_TRUE(cuda::can_implement(masked, choice.config)) << choice.config.to_string();
+    EXPECT_TRUE(cuda::honours_counts(GemmKind::fp8_block, choice.config.tile)) << choice.config.to_string();
+  }
+}
+
 // Which sums each GEMM of a layer needs: GEMM1's output is requantized (FP8), GEMM2's is the result.
 TEST(CudaGemmChoice, SumsFollowTheAccumulationMode) {
   EXPECT_EQ(cuda::gemm_sums(GemmKind::fp8_block, Fp8Accumulation::fast, true), GemmSums::tensor_core);

@@ -229,9 +229,13 @@ GemmChoice choose_masked_gemm_config(const GroupedGemmDesc& desc, double rows_pe
   if (sums == GemmSums::f32)
     return {{few ? GemmTile::m64_n128_f16 : GemmTile::m128_n128_f16}, rows + "; strict: f16 WGMMA, f32-like sums"};
   if (few) return {{GemmTile::m64_n128_wgmma}, rows + " <= 64: 64-row FP8 WGMMA tiles, f32 every 32 of K"};
-  // Block scales: the persistent tiles with the FP8 WGMMA kernel's sums, bit for bit, and faster.
-  if (desc.kind == GemmKind::fp8_block)
-    return {{GemmTile::m128_n128_persistent_k32}, rows + ": moekit's persistent 128 x 128 tiles, f32 every 32 of K"};
+  // Block scales: the persistent tiles with the FP8 WGMMA kernel's sums, bit for bit, and faster;
+  // past their tile table's groups, that kernel's 64-row tiles.
+  if (desc.kind == GemmKind::fp8_block) {
+    if (cuda::can_implement(desc, {GemmTile::m128_n128_persistent_k32}))
+      return {{GemmTile::m128_n128_persistent_k32}, rows + ": moekit's persistent 128 x 128 tiles, f32 every 32 of K"};
+    return {{GemmTile::m64_n128_wgmma}, rows + ": 64-row FP8 WGMMA tiles (more groups than the persistent tiles take), f32 every 32 of K"};
+  }
   return {{GemmTile::m128_n128_wgmma}, rows + ": 128-row FP8 WGMMA tiles, f32 every 32 of K"};
 }
 
