@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "cuda/common/check.h"
-#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/launch.h"
 #include "cuda/finalize/finalize.cuh"
 #include "moekit/quant.h"
@@ -30,7 +29,8 @@ void launch(const Problem& p, const FinParams& kp, cudaStream_t stream) {
   const int threads = int(std::clamp<std::int64_t>(ceil_div(ceil_div(ceil_div(vectors, splits), kPerThread), 32) * 32, 32, 512));
   const std::size_t shared = std::size_t(p.top_k) * 8;
   const dim3 blocks(grid_size(p.tokens, 1, std::int64_t(multiprocessor_count()) * 64), unsigned(splits));
-  launch_dependent(finalize_tokens<kVec, kPerThread, kBatch>, blocks, dim3(unsigned(threads)), shared, stream, kp);
+  finalize_tokens<kVec, kPerThread, kBatch><<<blocks, threads, shared, stream>>>(kp);
+  MOEKIT_CUDA_CHECK_LAUNCH("finalize_tokens");
 }
 
 }  // namespace

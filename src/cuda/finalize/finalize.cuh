@@ -2,7 +2,6 @@
 // their columns over gridDim.y blocks, so that more SMs load their rows at once. The token's k rows
 // and weights go to shared memory; each thread owns kPerThread vectors of kVec columns, loads them
 // for kBatch slots at once, then accumulates w * x in slot order in f32 (rounded product, then add).
-// A programmatic dependent launch: the blocks start while the previous kernel drains.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,8 +51,6 @@ __global__ void __launch_bounds__(512) finalize_tokens(FinParams p) {
   const int step = int(blockDim.x) * kPerThread;
   const int part = (vectors + step * int(gridDim.y) - 1) / (step * int(gridDim.y)) * step;
   const int begin = int(blockIdx.y) * part, end = min(vectors, begin + part);
-  grid_dependency_wait();  // a programmatic dependent of the kernel that wrote expert_out
-  launch_dependents();
   for (std::int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
       rows[j] = p.slot_rows[t * p.top_k + j];

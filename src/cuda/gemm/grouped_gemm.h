@@ -128,11 +128,6 @@ struct GroupedGemmArgs {
   // GroupedGemmDesc::a_by_index only: [max_rows] the row of `a` ([*, K], FP8; its scales k-major
   // [*, ceil(K/128)] in a_scales) that each of the GEMM's rows reads, -1: zeros (padding).
   const std::int32_t* a_rows = nullptr;
-  // The counts and offsets were final before the stream's previous kernel let its dependents start
-  // (the layer's GEMM2: the plan ran launches before, each waiting for its own previous kernel before
-  // letting the next start): the decode tiles then load their first W tiles while that kernel
-  // drains (programmatic dependent launch) instead of waiting for it first. Tiles by TMA only.
-  bool early_weights = false;
 };
 
 // Whether the tile can read A's rows by index (GroupedGemmDesc::a_by_index): the decode tiles.

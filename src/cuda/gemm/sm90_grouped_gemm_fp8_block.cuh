@@ -10,10 +10,9 @@
 //                 it activates and quantizes (1x128) in registers: FP8 rows and their scales in GEMM2's
 //                 layout, no bf16 GEMM1 output and no activation pass
 // Steps:
-//   1. every block builds the tile table in shared memory (sm90_wgmma.cuh: build_tile_table): per
-//      group its first tile, of ceil(rows / 128) x ceil(N / kN); tile i of the walk is found by binary
-//      search in it. Row tiles run fastest within a group, so the tiles that share a W tile are
-//      neighbours in the walk
+//   1. every block builds the tile table in shared memory: per group its tiles, ceil(rows / 128) x
+//      ceil(N / kN), as a running sum; tile i of the walk is found by binary search in it. Row tiles
+//      run fastest within a group, so the tiles that share a W tile are neighbours in the walk
 //   2. persistent: one block per SM takes tiles b, b + grid, ...; its ring of stages runs on across
 //      its tiles, so the next tile's loads overlap this tile's last K blocks and its epilogue
 //   3. one producer thread: per 128 of K, TMA of the A tile (128 x 128), the W tile (kN x 128), the
@@ -49,6 +48,7 @@ using namespace wgmma;
 constexpr int kRows = 128;                   // a tile's rows: two math warpgroups of 64
 constexpr int kMath = 2;                     // math warpgroups
 constexpr int kThreads = (kMath + 1) * 128;  // and the producer warpgroup
+constexpr int kMaxGroups = 1024;             // the tile table's entries in shared memory
 constexpr int kTileSlots = 8;                // tiles the producer may run ahead (> stages)
 constexpr int kProducerRegisters = 40;
 constexpr int kMathRegisters = 232;
@@ -87,7 +87,7 @@ struct Shape {
   static constexpr int kBarriersOffset = kStagingOffset + kMath * 4 * kStagingBytes;
   static constexpr int kSlotsOffset = kBarriersOffset + 2 * kStages * 8;
   static constexpr int kTableOffset = kSlotsOffset + kTileSlots * int(sizeof(Tile));
-  static constexpr int kSmemBytes = 1024 + kTableOffset + (kMaxTableGroups + 1) * 4;
+  static constexpr int kSmemBytes = 1024 + kTableOffset + kMaxGroups * 4;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
 };
 
@@ -177,6 +177,62 @@ __device__ __forceinline__ ScaleIndex scale_index(const ScaleMaps& m, const Tile
                                                   int inter) {
   const int w = m.w_shift + t.group * k_blocks * n_blocks + t.n0 / kTileN;
   return {m.a_shift + t.row0 * k_blocks + t.m0, t.padded, w, w + inter / kTileN, n_blocks};
+}
+
+// The tile walk: table[g] = the tiles of groups 0..g (running sum), built by every block at start.
+struct TileTable {
+  const int* ends;
+  int groups, n_tiles, total;
+
+  // Tile `index` (< total) of the walk, kTileRows rows by kCols output columns. Producer thread only:
+  // it reads the group's rows.
+  template <int kTileRows, int kCols>
+  __device__ Tile find(const Params& p, int index) const {
+    int lo = 0, hi = groups - 1;  // the first group whose running sum passes index
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (ends[mid] > index) hi = mid;
+      else lo = mid + 1;
+    }
+    const int before = lo > 0 ? ends[lo - 1] : 0;
+    const int m_tiles = (ends[lo] - before) / n_tiles, u = index - before;
+    Tile t;
+    t.group = lo;
+    t.row0 = __ldg(p.offsets + lo);
+    t.padded = __ldg(p.offsets + lo + 1) - t.row0;
+    t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
+    t.m0 = u % m_tiles * kTileRows;
+    t.n0 = u / m_tiles * kCols;
+    return t;
+  }
+};
+
+// Tiles of tile_rows rows by tile_cols of out_cols columns. Every thread takes part (two block-wide
+// barriers); the total is warp-uniform.
+__device__ __forceinline__ TileTable build_table(const Params& p, int tile_rows, int out_cols, int tile_cols, int* table) {
+  const int n_tiles = (out_cols + tile_cols - 1) / tile_cols;
+  for (int g = int(threadIdx.x); g < p.groups; g += kThreads) {
+    const int rows = p.counts ? __ldg(p.counts + g) : __ldg(p.offsets + g + 1) - __ldg(p.offsets + g);
+    table[g] = (rows + tile_rows - 1) / tile_rows * n_tiles;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // running sum, 32 groups at a time
+    const int lane = int(threadIdx.x);
+    int carry = 0;
+    for (int base = 0; base < p.groups; base += 32) {
+      const int g = base + lane;
+      int v = g < p.groups ? table[g] : 0;
+#pragma unroll
+      for (int step = 1; step < 32; step *= 2) {
+        const int u = __shfl_up_sync(~0u, v, step);
+        if (lane >= step) v += u;
+      }
+      if (g < p.groups) table[g] = carry + v;
+      carry += __shfl_sync(~0u, v, 31);
+    }
+  }
+  __syncthreads();
+  return {table, p.groups, n_tiles, warp_uniform(table[p.groups - 1])};
 }
 
 __device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
@@ -284,10 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // ---- scheduler: warp 0's table (synchronizes the block)
-  if (threadIdx.x < 32) build_tile_table(p, kRows, ((S::kPaired ? act.inter : p.n) + S::kOutCols - 1) / S::kOutCols, table);
-  __syncthreads();
-  const int tile_count = warp_uniform(table[p.groups]);
+  // ---- scheduler (synchronizes the block)
+  const TileTable walk = build_table(p, kRows, S::kPaired ? act.inter : p.n, S::kOutCols, table);
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   auto advance = [&](int& stage, std::uint32_t& parity) {
@@ -301,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kBytes = S::kStageBytes + (kAScaleBox + (S::kPaired ? 2 : 1) * kWScaleBox) * 4;
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
-    for (int index = int(blockIdx.x); index < tile_count; index += int(gridDim.x), ++count) {
-      const Tile t = table_tile<kRows, S::kOutCols>(p, table, index);
+    for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
+      const Tile t = walk.find<kRows, S::kOutCols>(p, index);
       slots[count % kTileSlots] = t;
       // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
       // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows
@@ -367,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float w0 = w[0], w1 = S::kPaired ? scale_w[s * 64 + 32 + (at.up_at(kb) & 3)] : w[1];
     return Scales{a_lo * w0, a_hi * w0, a_lo * w1, a_hi * w1};
   };
-  for (int index = int(blockIdx.x); index < tile_count; index += int(gridDim.x), ++count) {
+  for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = warp_uniform(slots[count % kTileSlots]);
     if (c * 64 >= t.rows - t.m0) {  // no rows of this warpgroup: hand the stages back as they fill
@@ -517,8 +571,8 @@ inline Status can_implement(const GroupedGemmDesc& desc, GemmOutput output) {
   if ((desc.max_rows + kRows) * k_blocks >= (std::int64_t(1) << 31) ||
       desc.groups * k_blocks * ((desc.n + kTileN - 1) / kTileN) >= (std::int64_t(1) << 31))
     return Status::no("rows or groups x N: too many scales for the scale tensor maps' int coordinates");
-  if (desc.groups > kMaxTableGroups)
-    return Status::no("groups: at most " + std::to_string(kMaxTableGroups) + " (the tile table), given " +
+  if (desc.groups > kMaxGroups)
+    return Status::no("groups: at most " + std::to_string(kMaxGroups) + " (the tile table), given " +
                       std::to_string(desc.groups));
   return wgmma::can_implement(desc);
 }

@@ -22,8 +22,10 @@ using namespace wgmma;
 using fp8_block::kMath;
 using fp8_block::kThreads;
 using fp8_block::kTileSlots;
+using fp8_block::kMaxGroups;
 using fp8_block::ScaleIndex;
 using fp8_block::ScaleMaps;
+using fp8_block::TileTable;
 
 constexpr int kWRows = 128;       // a tile's W rows (output channels): two math warpgroups of 64
 constexpr int kMaxTokens = 192;   // a tile's rows at most (WGMMA's N): acc and part, 192 registers
@@ -46,7 +48,7 @@ constexpr int kStagingOffset = kWScalesOffset + kStages * kWScaleSlot * 4;
 constexpr int kBarriersOffset = kStagingOffset + kMath * 4 * kStagingBytes;
 constexpr int kSlotsOffset = kBarriersOffset + 2 * kStages * 8;
 constexpr int kTableOffset = kSlotsOffset + kTileSlots * int(sizeof(Tile));
-constexpr int kSmemBytes = 1024 + kTableOffset + (kMaxTableGroups + 1) * 4;
+constexpr int kSmemBytes = 1024 + kTableOffset + kMaxGroups * 4;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of an H200 block");
 static_assert(kScalesOffset % 128 == 0 && kAScaleSlot * 4 % 128 == 0 && kWScaleSlot * 4 % 128 == 0,
               "scale slots 128-byte aligned");
@@ -118,10 +120,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // ---- scheduler: warp 0's table (synchronizes the block)
-  if (threadIdx.x < 32) build_tile_table(p, kMaxTokens, (p.n + kWRows - 1) / kWRows, table);
-  __syncthreads();
-  const int tile_count = warp_uniform(table[p.groups]);
+  // ---- scheduler (synchronizes the block)
+  const TileTable walk = fp8_block::build_table(p, kMaxTokens, p.n, kWRows, table);
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   int stage = 0, count = 0;
@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == kMath) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x % 128 != 0) return;
-    for (int index = int(blockIdx.x); index < tile_count; index += int(gridDim.x), ++count) {
-      const Tile t = table_tile<kMaxTokens, kWRows>(p, table, index);
+    for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
+      const Tile t = walk.find<kMaxTokens, kWRows>(p, index);
       slots[count % kTileSlots] = t;
       // The tile's rows [m0, m0 + N) of the group (past its rows: another group's, or zeros) and
       // their A scales; the W rows [n0, n0 + 128) and their scale block.
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint64_t desc_w0 = smem_descriptor(tiles + std::uint32_t(c * 64 * kTileK));
   const std::uint64_t desc_t0 = smem_descriptor(tiles + std::uint32_t(kWBytes));
   constexpr std::uint64_t kStageDesc = kStageBytes / 16;
-  for (int index = int(blockIdx.x); index < tile_count; index += int(gridDim.x), ++count) {
+  for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = warp_uniform(slots[count % kTileSlots]);
     const ScaleIndex at = fp8_block::scale_index(scale_maps, t, k_blocks, n_blocks, 0);

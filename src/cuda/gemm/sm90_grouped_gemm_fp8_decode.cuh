@@ -4,14 +4,11 @@
 // stream is. fp8_block, f32 promotion every 128 of K (four chained WGMMAs; `fast`, the
 // tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out) and
 // sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
-//   0. a programmatic dependent launch: the blocks start while the stream's previous kernel drains
-//      and wait for it (griddepcontrol.wait) before reading what it wrote; with early_weights (the
-//      layer's GEMM2: its counts and offsets were final before that kernel let this one start) the
-//      producer first issues the W tiles of its first stages
 //   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
-//      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles, found in
-//      the tile table (build_tile_table). Where the grid leaves SMs without a block (few tiles:
-//      decode), one block per SM with twice the stages: more of the W stream in flight per SM
+//      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. A block
+//      finds its tiles in a table of each group's first tile that one warp builds in shared memory
+//      from one load of every count (a scan over the counts in global memory per tile cost ~3 us
+//      before the first load at deepseek-v3's 256 groups)
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
 //      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
 //      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory.
@@ -33,8 +30,6 @@
 #include <cstdint>
 
 #include "cuda/activation/activate.cuh"
-#include "cuda/common/dependent_launch.cuh"
-#include "cuda/common/vec.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -45,8 +40,7 @@ using namespace wgmma;
 constexpr int kConsumers = 2;  // warpgroups of 64 W rows (kAct: 64 channels): the 128 of a tile
 constexpr int kThreads = (1 + kConsumers) * 128;
 constexpr int kBlocksPerSm = 2;
-constexpr int kPipelineBytes = 104 * 1024;      // a block's stages, two blocks to an SM
-constexpr int kDeepPipelineBytes = 208 * 1024;  // one block to an SM
+constexpr int kPipelineBytes = 104 * 1024;  // a block's stages, two blocks to an SM
 
 // A rows read by index (a_by_index): row r of the GEMM is row rows[r] of `a` ([*, K] e4m3, its
 // scales k-major [*, K/128] in Params::a_scales); -1: zeros. rows null: A by TMA, as laid out.
@@ -72,27 +66,72 @@ struct Shape {
   static constexpr int kWTiles = kAct ? 2 : 1;     // gate and up
   static constexpr int kTileABytes = kN * kTileK;  // the rows: whole 8-row swizzle atoms
   static constexpr int kStageBytes = kTileABytes + kWTiles * kTileN * kTileK;
-  static constexpr int kStages = kPipelineBytes / kStageBytes;          // two blocks to an SM
-  static constexpr int kDeepStages = kDeepPipelineBytes / kStageBytes;  // one
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   // kAct: each consumer warp's row maxima, two tiles' worth (a tile's are read while the next
   // tile's may be written).
   static constexpr int kMaxBytes = kAct ? 2 * kConsumers * 4 * kN * 4 : 0;
   // The 1024-byte alignment, the stages, the row maxima, the barriers (2 per stage), the ring's tile
   // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
-  static constexpr int smem_bytes(int stages) {
-    return 1024 + stages * kStageBytes + kMaxBytes + 2 * stages * 8 + 32 + stages * (kN + kWTiles) * 4;
-  }
-  static constexpr int kTableBytes = 4 * (kMaxTableGroups + 1);  // fp8_decode's static tile table
-  static_assert((smem_bytes(kStages) + kTableBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
-  static_assert(smem_bytes(kDeepStages) + kTableBytes <= 227 * 1024, "one block to an H200 SM");
+  static constexpr int kSmemBytes =
+      1024 + kStages * kStageBytes + kMaxBytes + 2 * kStages * 8 + 32 + kStages * (kN + kWTiles) * 4;
+  static constexpr int kTableBytes = 4 * (1024 + 1);  // fp8_decode's static tile table
+  static_assert((kSmemBytes + kTableBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
 };
 
-// How a launch runs: its ring's stages (Shape's kStages, or kDeepStages with one block per SM), and
-// whether the W tiles of a block's first stages load before the wait for the previous kernel.
-struct Pipeline {
-  int stages;
-  bool early_weights;
-};
+// The tile table: first[g] the number of group g's first tile (the tiles of kN rows over N's
+// 128-column tiles, group after group, as find_tile counts them), first[groups] all tiles. One warp,
+// each lane a run of consecutive groups, every count loaded at once.
+constexpr int kMaxGroups = 1024;
+template <int kN>
+__device__ void build_tile_table(const Params& p, int* first) {
+  const int lane = int(threadIdx.x % 32);
+  const int n_tiles = (p.n + kTileN - 1) / kTileN;
+  const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;
+  int tiles[kMaxGroups / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    tiles[i] = i < per_lane && g < p.groups ? (rows_of(p, g) + kN - 1) / kN * n_tiles : 0;
+  }
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) sum += tiles[i];
+  int inclusive = sum;
+#pragma unroll
+  for (int step = 1; step < 32; step *= 2) {
+    const int v = __shfl_up_sync(~0u, inclusive, step);
+    if (lane >= step) inclusive += v;
+  }
+  int at = inclusive - sum;
+#pragma unroll
+  for (int i = 0; i < kMaxGroups / 32; ++i) {
+    const int g = g0 + i;
+    if (i < per_lane && g < p.groups) first[g] = at;
+    at += tiles[i];
+  }
+  if (lane == 31) first[p.groups] = inclusive;
+}
+
+// The index-th tile (index < first[groups]): its group by binary search in the table. Every lane of
+// a warp.
+template <int kN>
+__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, int index) {
+  int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= index) lo = mid;
+    else hi = mid;
+  }
+  Tile t;
+  t.group = lo;
+  t.row0 = p.offsets[lo];
+  t.padded = p.offsets[lo + 1] - t.row0;
+  t.rows = rows_of(p, lo);
+  const int m_tiles = (t.rows + kN - 1) / kN, u = index - first[lo];
+  t.m0 = u % m_tiles * kN;
+  t.n0 = u / m_tiles * kTileN;
+  return warp_uniform(t);
+}
 
 // Warp 0: per 128 of K, lane 0's TMA of the rows and of the W tile(s), the lanes' cp.async of the
 // rows' A scales and the W tiles' scales (produce() of sm90_wgmma.cuh, with kAct's second W tile).
@@ -104,27 +143,10 @@ __device__ __forceinline__ void copy16_async(std::uint32_t dst, const void* src,
                : "memory");
 }
 
-// The W tiles of the block's first tile's first K blocks (at most a ring's worth: the ring's first
-// pass, no stage to wait for), each stage's full barrier told of all its bytes; before the wait for
-// the previous kernel (Pipeline::early_weights). Returns the K blocks issued. Lane 0.
-template <int kN, bool kAct>
-__device__ __forceinline__ int load_weights_early(const CUtensorMap& map_w, const Params& p, int w_rows, const Tile& t,
-                                                  const Ring& ring) {
-  const int blocks = min((p.k + kTileK - 1) / kTileK, ring.stages);
-  for (int kb = 0; kb < blocks; ++kb) {
-    const std::uint32_t a = ring.tiles + std::uint32_t(kb * ring.stage_bytes);
-    barrier_expect_bytes(ring.full + 8 * kb, ring.stage_bytes);
-    tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * kb);
-    if (kAct) tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * kb);
-  }
-  return blocks;
-}
-
-// loaded: the tile's first K blocks whose W tiles load_weights_early issued (the rows by TMA then).
 template <int kN, bool kAct>
 __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p,
                                                const IndexedA& ia, int w_rows, const Tile& t, const Ring& ring,
-                                               int& position, int loaded) {
+                                               int& position) {
   using S = Shape<kN, kAct>;
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
@@ -148,18 +170,14 @@ __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const C
   for (int kb = 0; kb < k_blocks; ++kb, ++position) {
     const RingSlot slot = ring_slot(ring, position);
     const int s = slot.stage;
+    barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
     const std::uint32_t a = ring.tiles + std::uint32_t(s * ring.stage_bytes);
-    if (kb < loaded) {
-      if (lane == 0) tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
-    } else {
-      barrier_wait(ring.empty + 8 * s, slot.parity ^ 1);
-      if (lane == 0) {
-        barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes - (indexed ? S::kTileABytes : 0));
-        if (!indexed) tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
-        tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s);
-        if (kAct)
-          tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * s);
-      }
+    if (lane == 0) {
+      barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes - (indexed ? S::kTileABytes : 0));
+      if (!indexed) tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
+      tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s);
+      if (kAct)
+        tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * s);
     }
     if (indexed) {
       // Chunk c of row r at chunk c ^ (r % 8) of the row: the 128-byte swizzle of a TMA box.
@@ -248,21 +266,16 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
 template <int kN, bool kAct>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, IndexedA ia,
-               ActOut act, Pipeline pipe) {
+               ActOut act) {
   using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
-  const Ring ring = ring_layout<kN>(smem_raw, pipe.stages, S::kStageBytes, S::kMaxBytes, unused);
+  const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
   float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
-                                           pipe.stages * S::kStageBytes);  // [2][kConsumers * 4][kN]
-  __shared__ int tile_first[kMaxTableGroups + 1];  // the tile table (build_tile_table)
+                                           S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
+  __shared__ int tile_first[kMaxGroups + 1];  // the tile table (build_tile_table)
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
-  // The previous kernel may still run (programmatic dependent launch): nothing it wrote is read
-  // before this wait, but for the counts and offsets where they were final before it let this
-  // grid start (early_weights). Every thread waits; the producer after its early W loads.
-  if (!pipe.early_weights) grid_dependency_wait();
-  const int n_tiles = (p.n + kTileN - 1) / kTileN;
-  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table(p, kN, n_tiles, tile_first);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first);
   __syncthreads();
   const int tiles = tile_first[p.groups];
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
@@ -272,22 +285,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
   if (warpgroup == 0) {  // the producer: warp 0
     if (threadIdx.x >= 32) return;
-    int position = 0, loaded = 0;
-    if (pipe.early_weights) {
-      if (lane == 0 && int(blockIdx.x) < tiles)
-        loaded = load_weights_early<kN, kAct>(map_w, p, w_rows, table_tile<kN, kTileN>(p, tile_first, int(blockIdx.x)), ring);
-      loaded = warp_uniform(loaded);
-      grid_dependency_wait();
-    }
-    launch_dependents();
-    for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x)) {
-      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, warp_uniform(table_tile<kN, kTileN>(p, tile_first, index)), ring,
-                               position, index == int(blockIdx.x) ? loaded : 0);
-    }
+    int position = 0;
+    for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x))
+      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, table_tile<kN>(p, tile_first, index), ring, position);
     return;
   }
-  if (pipe.early_weights) grid_dependency_wait();
-  launch_dependents();
 
   // Consumer c: W rows c * 64 ... of the tile (kAct: of its gate and of its up tile); this thread
   // holds W rows lo and lo + 8 and, of each 8 rows of the group, the two at 2 * (lane % 4):
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
   int position = 0, tiles_done = 0;
   for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x), ++tiles_done) {
-    const Tile t = warp_uniform(table_tile<kN, kTileN>(p, tile_first, index));
+    const Tile t = table_tile<kN>(p, tile_first, index);
 #pragma unroll
     for (int w = 0; w < S::kWTiles; ++w)
 #pragma unroll
@@ -355,10 +357,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// Persistent: at most two blocks per SM, each walking every grid-th tile; one block per SM with the
-// deep ring where the tiles fit in a block per SM (decode), unless the W tiles load early: there the
-// blocks of half the shared memory find room beside the previous kernel's. kAct: N = 2I (gate rows,
-// then up rows), the tiles over I. A programmatic dependent of the stream's previous kernel.
+// Persistent: at most two blocks per SM, each walking every grid-th tile. kAct: N = 2I (gate
+// rows, then up rows), the tiles over I.
 template <int kN, bool kAct>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN, kAct>;
@@ -367,25 +367,22 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   TileLaunch l = tile_launch(tiles, args, kN);
   if (l.blocks == 0) return;
   l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
-  const unsigned sms = unsigned(multiprocessor_count());
-  const unsigned grid = std::min<unsigned>(l.blocks, kBlocksPerSm * sms);
-  // Rows by index come by cp.async, not by the stage's TMA bytes that load_weights_early counts.
-  const bool early = args.early_weights && !desc.a_by_index;
-  const Pipeline pipe{grid <= sms && !early ? S::kDeepStages : S::kStages, early};
+  const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(tiles.n), o.act, o.alpha, o.limit, o.ue8m0};
   // By index, map_a (over max_rows rows of `a`) is never read: the rows come by cp.async.
   require(!desc.a_by_index || args.a_rows, "decode WGMMA GEMM: rows by index need a_rows");
   const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
-  launch_dependent(fp8_decode<kN, kAct>, dim3(grid), dim3(kThreads), std::size_t(S::smem_bytes(pipe.stages)), stream, l.map_a,
-                   l.map_w, l.params, ia, act, pipe);
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act);
+  MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 
 // K in whole 128-blocks (a stage is one); kAct: N = 2I with I a multiple of 128 (a tile's channels
 // are one whole scale block), a gated activation.
 inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
-  if (desc.groups > kMaxTableGroups)
-    return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(kMaxTableGroups) + ", given " +
+  if (desc.groups > kMaxGroups)
+    return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(kMaxGroups) + ", given " +
                       std::to_string(desc.groups));
   if (desc.k % kBlock != 0)
     return Status::no("K: the decode WGMMA kernel takes whole 128-K blocks, given " + std::to_string(desc.k));

@@ -90,68 +90,6 @@ __device__ bool find_tile(const Params& p, int index, Tile& tile) {
   return false;
 }
 
-// The tile walk of the persistent kernels, in shared memory: first[g] the number of group g's first
-// tile (tiles of tile_rows rows by the n_tiles column tiles, group after group, as find_tile counts
-// them), first[groups] all tiles. One warp builds it, each lane a run of consecutive groups, every
-// count loaded at once (a scan over the counts in global memory per tile cost ~3 us before the first
-// load at deepseek-v3's 256 groups). The table's counts are read past L1 (ld.global.cg): under a
-// programmatic dependent launch the table may be built before the wait for the previous kernel (the
-// counts final before it let this grid start, GroupedGemmArgs::early_weights).
-constexpr int kMaxTableGroups = 1024;
-__device__ __forceinline__ int rows_of_cg(const Params& p, int group) {
-  return p.counts ? __ldcg(p.counts + group) : __ldcg(p.offsets + group + 1) - __ldcg(p.offsets + group);
-}
-__device__ inline void build_tile_table(const Params& p, int tile_rows, int n_tiles, int* first) {
-  const int lane = int(threadIdx.x % 32);
-  const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;
-  int tiles[kMaxTableGroups / 32];
-#pragma unroll
-  for (int i = 0; i < kMaxTableGroups / 32; ++i) {
-    const int g = g0 + i;
-    tiles[i] = i < per_lane && g < p.groups ? (rows_of_cg(p, g) + tile_rows - 1) / tile_rows * n_tiles : 0;
-  }
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kMaxTableGroups / 32; ++i) sum += tiles[i];
-  int inclusive = sum;
-#pragma unroll
-  for (int step = 1; step < 32; step *= 2) {
-    const int v = __shfl_up_sync(~0u, inclusive, step);
-    if (lane >= step) inclusive += v;
-  }
-  int at = inclusive - sum;
-#pragma unroll
-  for (int i = 0; i < kMaxTableGroups / 32; ++i) {
-    const int g = g0 + i;
-    if (i < per_lane && g < p.groups) first[g] = at;
-    at += tiles[i];
-  }
-  if (lane == 31) first[p.groups] = inclusive;
-}
-
-// The index-th tile (index < first[groups]) of kRows rows by kCols columns: its group by binary
-// search in the table. The group's offsets and count through the read-only cache: a block's tiles
-// mostly share groups, and a load per tile past L1 (to L2, behind the W stream) cost 3-5 us per
-// decode GEMM (measured 2026-12-04).
-template <int kRows, int kCols>
-__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, int index) {
-  int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (first[mid] <= index) lo = mid;
-    else hi = mid;
-  }
-  Tile t;
-  t.group = lo;
-  t.row0 = __ldg(p.offsets + lo);
-  t.padded = __ldg(p.offsets + lo + 1) - t.row0;
-  t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
-  const int m_tiles = (t.rows + kRows - 1) / kRows, u = index - first[lo];
-  t.m0 = u % m_tiles * kRows;
-  t.n0 = u / m_tiles * kCols;
-  return t;
-}
-
 __device__ __forceinline__ std::uint32_t smem_address(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -453,11 +391,10 @@ struct TileLaunch {
   Params params;
 };
 inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, int tile_rows) {
-  // At most this many tiles have rows: a row tile per tile_rows rows plus a partial one per group,
-  // and no more than one per row.
+  // At most this many tiles have rows: a row tile per tile_rows rows plus a partial one per group.
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
   if (rows == 0) return {};
-  const std::int64_t row_tiles = std::min(rows, (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows));
+  const std::int64_t row_tiles = (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows);
   const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
   // Below 2^30: a block's next tile index (index + grid, both below `blocks`) stays an int.
   require(blocks < (std::int64_t(1) << 30), [&] { return "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks); });

@@ -207,7 +207,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.data,
                        weights_.w2_scales.ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
-    a2.early_weights = true;  // the plan ran at least two launches before
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -291,7 +290,6 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(sp, "gemm2", stream);
     GroupedGemmArgs ga2{b.q2, fp8 ? b.s2 : nullptr, b.offsets, weights_.w2.data, weights_.w2_scales.ptr<float>(),
                         args.out.ptr<bf16>(), b.counts};
-    ga2.early_weights = true;  // the masked plan ran at least two launches before
     run_grouped_gemm(g2.first, g2.second, ga2, b.gemm2_ws.data, stream);
   }
 

@@ -645,7 +645,6 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
 // E <= 32V: V scores per lane in registers, loaded W at a time.
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
-  launch_dependents();  // the plan's launch may start: it waits for this grid before reading
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -661,7 +660,6 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
 // Any E: scores and keys in shared memory.
 template <typename T>
 __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
-  launch_dependents();  // the plan's launch may start: it waits for this grid before reading
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), true);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
