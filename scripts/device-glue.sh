@@ -7,6 +7,8 @@
 #     synccheck over MOEKIT_SANITIZE_FILTER in reduced shapes, beside the tests; stalls; tune: `moekit tune` of the presets at
 #     MOEKIT_TUNE_TOKENS into $OUT/h200.json, a copy of data/tuning/h200.json, which the peers step's
 #     bench then takes: the shipped cache with those buckets re-measured)
+#   profile: ncu --set full on the decode GEMMs and the routing kernel of each MOEKIT_NCU_RUNS pair, the
+#     routing kernel's SASS, and (nsys, where installed) the layer's kernels under CUDA graphs on a timeline
 #   gemm: bench/grouped_gemm_bench --cases on decode routings (MOEKIT_GEMM_TILES, default the decode tiles):
 #     deepseek-v3 and qwen3-30b-a3b GEMM1/GEMM2 with T tokens spread over distinct experts, T in MOEKIT_GEMM_TOKENS
 #   MOEKIT_TEST_FILTER='CudaActivation*:...'  the tests step's CUDA tests
@@ -170,6 +172,45 @@ for c in m["cases"]:
     p, gbs = peer.get(t, (float("nan"), float("nan")))
     print(f"T={t:>5} moekit {c['us']:8.1f} us  vLLM GEMMs {p:8.1f} us ({gbs:.0f} GB/s)  {steps}")
 PY
+  done
+fi
+
+if [[ " $steps " == *" profile "* ]]; then
+  # Nsight Compute's full sections on the decode GEMMs and the routing kernel of `moekit run` (both
+  # calls), the routing kernel's SASS with its samples; where nsys is installed, the layer's kernels
+  # under CUDA graphs (`bench --inputs`, graph nodes traced) as a timeline: gaps and overlaps.
+  for run in $runs; do
+    IFS=: read -r preset t <<<"$run"
+    rep="/tmp/profile_${preset}_$t"
+    echo "== ncu --set full (fp8_decode, route_): $preset T=$t"
+    timeout 300 ncu --set full --import-source yes -k 'regex:fp8_decode|route_' -o "$rep" -f "$cli" run --preset "$preset" \
+      --tokens "$t" --backend cuda --path "$path" >/dev/null 2>&1 || status=1
+    ncu --import "$rep.ncu-rep" --page details >"$out/profile_${preset}_$t.txt" 2>&1
+    ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$out/sass_${preset}_$t.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Warp Cycles Per Issued|Achieved Occupancy|One or More|Stall" \
+      "$out/profile_${preset}_$t.txt" | head -n 60
+    if command -v nsys >/dev/null; then
+      layer="/tmp/layer_$preset.safetensors"
+      [ -f "$layer" ] || timeout 200 "$cli" run --preset "$preset" --tokens 4096 --backend cuda --save-layer "$layer" >/dev/null 2>&1
+      timeout 200 nsys profile --cuda-graph-trace=node -o "/tmp/timeline_${preset}_$t" --force-overwrite true \
+        "$cli" bench --inputs "$layer" --tokens "$t" >/dev/null 2>&1 || status=1
+      nsys stats --report cuda_gpu_trace --format csv "/tmp/timeline_${preset}_$t.nsys-rep" >"$out/timeline_${preset}_$t.txt" 2>&1
+      echo "== nsys: the last launches of the layer under graphs (start ns, duration ns, kernel)"
+      python3 - "$out/timeline_${preset}_$t.txt" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+head = rows[0]
+if "Start (ns)" not in head:
+    print("no trace"); sys.exit()
+s, d, n = head.index("Start (ns)"), head.index("Duration (ns)"), head.index("Name")
+last = rows[-12:]
+t0 = int(last[0][s])
+for r in last:
+    print(f"{int(r[s]) - t0:>8} {int(r[d]):>7}  {r[n][:90]}")
+PY
+    else
+      echo "(no nsys on this machine)"
+    fi
   done
 fi
 
