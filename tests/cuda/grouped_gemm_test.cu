@@ -213,6 +213,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
                      : info.param.tile == GemmTile::tokens192_n128_persistent ? "_swapped_"
                      : info.param.tile == GemmTile::m128_n128_persistent_k32 ? "_persistent128_k32_"
+                     : info.param.tile == GemmTile::m128_n128_persistent_x2 ? "_persistent128_x2_"
+                     : info.param.tile == GemmTile::m128_n192_persistent_x2 ? "_persistent192_x2_"
                                                                    : "_m128_";
   const Padding pad = info.param.padding;
   return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
@@ -324,7 +326,8 @@ std::vector<Case> all_cases() {
       for (GemmTile tile : {GemmTile::m192_n128_wgmma_k128, GemmTile::m192_n128_wgmma, GemmTile::m128_n128_wgmma,
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
                             GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
-                            GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32})
+                            GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
+                            GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
           for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
@@ -427,13 +430,80 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
-                                           GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32),
+                                           GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
+                                           GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            return info.param == GemmTile::m128_n128_persistent       ? std::string("n128")
                                   : info.param == GemmTile::m128_n192_persistent     ? std::string("n192")
                                   : info.param == GemmTile::m128_n128_persistent_k32 ? std::string("n128_k32")
+                                  : info.param == GemmTile::m128_n128_persistent_x2  ? std::string("n128_x2")
+                                  : info.param == GemmTile::m128_n192_persistent_x2  ? std::string("n192_x2")
                                                                                      : std::string("swapped");
                          });
+
+// The clusters of two blocks (A multicast) compute each tile as the one-block tiles do: the same
+// bits, on skewed groups (one hot, most empty, a partial last K block), column tiles of an odd count
+// (a cluster's second tile past N), unpadded and in the layer's padded layout, bf16 and activated out.
+TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const Shape shapes[] = {
+      {"hot", {0, 900, 0, 0, 5, 0, 129, 0, 0, 64, 0, 0, 1, 0, 0, 0}, 576, 1040},  // 5 column tiles of 128, 3 of 192
+      {"one_column_tile", {300, 1, 0, 63}, 128, 256},
+      {"activated", {0, 37, 130, 0, 5, 300, 1, 64}, 2 * 384, 640},  // 3 activated column tiles
+  };
+  const struct {
+    GemmTile one, two;
+  } pairs[] = {{GemmTile::m128_n128_persistent, GemmTile::m128_n128_persistent_x2},
+               {GemmTile::m128_n192_persistent, GemmTile::m128_n192_persistent_x2},
+               {GemmTile::m128_n256_persistent_act, GemmTile::m128_n256_persistent_act_x2}};
+  for (const Shape& s : shapes)
+    for (const std::int64_t align : {1, 16}) {
+      BlockGemmOnDevice g(s, align, rng);
+      const std::int64_t device_rows = g.layout.offsets.back(), inter = s.n / 2;
+      DeviceArray<std::uint8_t> q(std::size_t(device_rows * inter));
+      DeviceArray<float> q_scales(std::size_t(device_rows * ceil_div(inter, kBlock)));
+      for (const auto& pair : pairs) {
+        cuda::GroupedGemmDesc desc = g.desc;
+        cuda::GroupedGemmArgs args = g.args;
+        const bool activated = cuda::output_of(pair.two) == cuda::GemmOutput::activated_fp8;
+        if (activated) {
+          desc.output = cuda::GemmOutput::activated_fp8;
+          args.activated = {q.data(), q_scales.data(), Activation::silu_and_mul, 1.702f, 7.0f, false};
+        }
+        if (!cuda::can_implement(desc, {pair.two})) continue;
+        ASSERT_TRUE(cuda::can_implement(desc, {pair.one}));
+        std::vector<bf16> d[2];
+        std::vector<std::uint8_t> codes[2];
+        std::vector<float> scales[2];
+        for (int i = 0; i < 2; ++i) {
+          g.d.poison();
+          q.poison();
+          q_scales.poison();
+          cuda::run_grouped_gemm(desc, {i == 0 ? pair.one : pair.two}, args, nullptr, nullptr);
+          sync_and_check();
+          d[i] = g.d.download();
+          codes[i] = q.download();
+          scales[i] = q_scales.download();
+        }
+        SCOPED_TRACE(std::string(s.name) + ", align " + std::to_string(align) + ", " + std::string(cuda::to_string(pair.two)));
+        std::int64_t written = 0;
+        for (std::size_t i = 0; i < d[0].size(); ++i) {
+          ASSERT_EQ(d[0][i].bits, d[1][i].bits) << "bf16 element " << i;
+          written += d[0][i].bits != 0xffff;
+        }
+        for (std::size_t i = 0; i < codes[0].size(); ++i) {
+          ASSERT_EQ(codes[0][i], codes[1][i]) << "FP8 code " << i;
+          written += codes[0][i] != 0xff;
+        }
+        for (std::size_t i = 0; i < scales[0].size(); ++i)
+          ASSERT_EQ(std::memcmp(&scales[0][i], &scales[1][i], sizeof(float)), 0) << "scale " << i;
+        EXPECT_GT(written, 0);
+      }
+    }
+}
 
 // The persistent kernel's 32-K promotion (m128_n128_persistent_k32) sums as moekit's FP8 WGMMA kernel
 // does (m64_n128_wgmma: each 32 of K from zero, then acc += part x a_scale x w_scale in K order; its
@@ -546,6 +616,10 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                                            ActCase{Activation::silu_and_mul, Padding::none},
                                            ActCase{Activation::gelu_and_mul, Padding::aligned},
                                            ActCase{Activation::swiglu_oai, Padding::aligned},
+                                           ActCase{Activation::silu_and_mul, Padding::aligned, GemmTile::m128_n128_persistent,
+                                                   GemmTile::m128_n256_persistent_act_x2},
+                                           ActCase{Activation::gelu_and_mul, Padding::none, GemmTile::m128_n128_persistent,
+                                                   GemmTile::m128_n256_persistent_act_x2},
                                            ActCase{Activation::silu_and_mul, Padding::aligned, GemmTile::tokens8_n128_wgmma,
                                                    GemmTile::tokens8_n256_act},
                                            ActCase{Activation::silu_and_mul, Padding::none, GemmTile::tokens8_n128_wgmma,
@@ -561,6 +635,7 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                                   (info.param.act_tile == GemmTile::tokens8_n256_act    ? "_tokens8"
                                    : info.param.act_tile == GemmTile::tokens16_n256_act ? "_tokens16"
                                    : info.param.act_tile == GemmTile::tokens32_n256_act ? "_tokens32"
+                                   : info.param.act_tile == GemmTile::m128_n256_persistent_act_x2 ? "_persistent_x2"
                                                                                         : "_persistent");
                          });
 

@@ -53,11 +53,15 @@ enum class GemmTile : std::uint8_t {
   tokens8_n256_act,   // the decode kernel for GEMM1 + activation + requantization (GemmOutput::activated_fp8):
   tokens16_n256_act,  //   128 gate and the 128 up W rows of the same channels, 8, 16 or 32 rows of a group
   tokens32_n256_act,
+  m128_n128_persistent_x2,      // the persistent tiles on clusters of two blocks at neighbouring column
+  m128_n192_persistent_x2,      //   tiles of the same rows, each loading half of the A tile into both
+  m128_n256_persistent_act_x2,  //   (TMA multicast)
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), else bf16.
 constexpr GemmOutput output_of(GemmTile tile) {
-  const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::tokens8_n256_act ||
+  const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::m128_n256_persistent_act_x2 ||
+                         tile == GemmTile::tokens8_n256_act ||
                          tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act;
   return activated ? GemmOutput::activated_fp8 : GemmOutput::bf16;
 }
@@ -70,7 +74,8 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens8_n128_wgmma,    GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
-    GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act};
+    GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
+    GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

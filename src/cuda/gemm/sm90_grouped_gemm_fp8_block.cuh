@@ -32,7 +32,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -157,6 +159,40 @@ __device__ __forceinline__ void tma_load_1d(std::uint32_t dst, const CUtensorMap
                : "memory");
 }
 
+// A 2-D box of the tensor map into the same shared address of every block in mask (the cluster's
+// ranks), each completing its bytes on its own barrier at bar's address.
+__device__ __forceinline__ void tma_load_multicast(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar,
+                                                   std::uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// The cluster: its blocks (1 when the launch had none), this block's rank, an arrival on the barrier
+// at bar's address in block `rank`, and a barrier of all the cluster's threads (release / acquire).
+__device__ __forceinline__ int cluster_blocks() {
+  std::uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return int(n);
+}
+__device__ __forceinline__ int cluster_rank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return int(r);
+}
+__device__ __forceinline__ void barrier_arrive_in(std::uint32_t bar, int rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // The scale arrays as 1-D tensor maps, read in boxes of kAScaleBox and kWScaleBox: each map starts
 // at the 16-byte boundary at or before its array, `shift` elements earlier.
 struct ScaleMaps {
@@ -185,9 +221,11 @@ struct TileTable {
   int groups, n_tiles, total;
 
   // Tile `index` (< total) of the walk, kTileRows rows by kCols output columns. Producer thread only:
-  // it reads the group's rows.
+  // it reads the group's rows. A cluster of `cluster` blocks walks units of `cluster` neighbouring
+  // column tiles (the table built with tile_cols kCols x cluster); the block of rank `rank` takes the
+  // rank-th of its unit's.
   template <int kTileRows, int kCols>
-  __device__ Tile find(const Params& p, int index) const {
+  __device__ Tile find(const Params& p, int index, int cluster = 1, int rank = 0) const {
     int lo = 0, hi = groups - 1;  // the first group whose running sum passes index
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -202,7 +240,7 @@ struct TileTable {
     t.padded = __ldg(p.offsets + lo + 1) - t.row0;
     t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
     t.m0 = u % m_tiles * kTileRows;
-    t.n0 = u / m_tiles * kCols;
+    t.n0 = (u / m_tiles * cluster + rank) * kCols;
     return t;
   }
 };
@@ -332,16 +370,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   int* table = reinterpret_cast<int*>(smem + S::kTableOffset);
 
   // ---- barriers: full takes the producer's arrival with the stage's TMA bytes; empty one per math
-  // warp, after its WGMMAs read the stage
+  // warp of every block of the cluster (the stage's A comes from both), after its WGMMAs read the stage
+  const int cluster = cluster_blocks(), rank = cluster_rank();
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
       barrier_init(full + 8 * s, 1);
-      barrier_init(empty + 8 * s, kMath * 4);
+      barrier_init(empty + 8 * s, kMath * 4 * cluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // ---- scheduler (synchronizes the block)
-  const TileTable walk = build_table(p, kRows, S::kPaired ? act.inter : p.n, S::kOutCols, table);
+  // ---- scheduler (synchronizes the block): a cluster walks units of `cluster` column tiles; its
+  // blocks' barriers are ready before either arrives on or copies into the other's
+  const int out_cols = S::kPaired ? act.inter : p.n;
+  const TileTable walk = build_table(p, kRows, out_cols, S::kOutCols * cluster, table);
+  if (cluster > 1) cluster_sync();
+  const int first = int(blockIdx.x) / cluster, step = int(gridDim.x) / cluster;
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   auto advance = [&](int& stage, std::uint32_t& parity) {
@@ -355,9 +398,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kBytes = S::kStageBytes + (kAScaleBox + (S::kPaired ? 2 : 1) * kWScaleBox) * 4;
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
-    for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
-      const Tile t = walk.find<kRows, S::kOutCols>(p, index);
+    for (int index = first; index < walk.total; index += step, ++count) {
+      const Tile t = walk.find<kRows, S::kOutCols>(p, index, cluster, rank);
       slots[count % kTileSlots] = t;
+      const bool ghost = t.n0 >= out_cols;  // a unit's second column tile past N: its A half only
       // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
       // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows
       // [n0, n0 + 128) and the up rows I further; their scale blocks: the first and the next (one
@@ -367,9 +411,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(empty + 8 * stage, parity ^ 1);
         const std::uint32_t bar = full + 8 * stage;
-        barrier_expect_bytes(bar, kBytes);
+        barrier_expect_bytes(bar, ghost ? S::kABytes : kBytes);
         const std::uint32_t a = tiles + std::uint32_t(stage * S::kStageBytes);
-        tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
+        if (cluster == 1) {
+          tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
+        } else {  // the A tile's half of this rank (map_a's boxes are that high), into both blocks
+          const int half = kRows / 2 * rank;
+          tma_load_multicast(a + std::uint32_t(half * kTileK), &map_a, kb * kTileK, t.row0 + t.m0 + half, bar, 0x3);
+        }
+        if (ghost) continue;
         tma_load(a + S::kABytes, &map_w, kb * kTileK, w_row, bar);
         tma_load_1d(smem_address(scale_a + stage * kAScaleSlot), &scale_maps.a, at.a_at(kb) & ~3, bar);
         const std::uint32_t sw = smem_address(scale_w + stage * 64);
@@ -380,6 +430,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    // The peer's math warps hand this block's stages back too: stay until the last ones have (its
+    // arrivals then land on live barriers).
+    if (cluster > 1)
+      for (int s = 0; s < S::kStages; ++s, advance(stage, parity)) barrier_wait(empty + 8 * stage, parity ^ 1);
     return;
   }
 
@@ -407,7 +461,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A warp's reads of a stage are done when its lanes pass this; then lane 0 hands the stage back.
   auto release = [&](int s) {
     __syncwarp();
-    if (lane == 0) barrier_arrive(empty + 8 * s);
+    if (lane == 0) {
+      barrier_arrive(empty + 8 * s);
+      if (cluster > 1) barrier_arrive_in(empty + 8 * s, rank ^ 1);
+    }
   };
   // A stage's scales (every shared read of the stage before its release): s[h][b] for rows lo (h 0)
   // and lo + 8 (h 1) and the first (b 0) and second W scale block.
@@ -421,10 +478,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float w0 = w[0], w1 = S::kPaired ? scale_w[s * 64 + 32 + (at.up_at(kb) & 3)] : w[1];
     return Scales{a_lo * w0, a_hi * w0, a_lo * w1, a_hi * w1};
   };
-  for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
+  for (int index = first; index < walk.total; index += step, ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = warp_uniform(slots[count % kTileSlots]);
-    if (c * 64 >= t.rows - t.m0) {  // no rows of this warpgroup: hand the stages back as they fill
+    // No rows of this warpgroup, or no columns (a unit's tile past N): hand the stages back as they fill
+    if (t.n0 >= out_cols || c * 64 >= t.rows - t.m0) {
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(full + 8 * stage, parity);
         release(stage);
@@ -535,18 +593,50 @@ inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, 
   return map;
 }
 
-template <int kN, Activation kAct, int kSumK = 128>
+// The clusters of kCluster blocks of kernel (smem bytes each) that fit on the device at once.
+template <int kCluster>
+int active_clusters(const void* kernel, int smem) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};  // one kernel per instance of this function's caller
+  int device = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>& slot = cached[device >= 0 && device < kMaxDevices ? device : 0];
+  if (slot.load() == 0) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(kCluster * multiprocessor_count()));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = std::size_t(smem);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = 1;
+    int clusters = 0;
+    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    require(clusters > 0, "FP8 block GEMM: no cluster of " + std::to_string(kCluster) + " blocks fits on the device");
+    slot.store(clusters);
+  }
+  return slot.load();
+}
+
+// kCluster 2: clusters of two blocks on neighbouring column tiles of the same rows, each TMA-loading
+// half of the A tile into both (multicast); a unit's second tile past N computes nothing.
+template <int kN, Activation kAct, int kSumK = 128, int kCluster = 1>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN>;
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two blocks");
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
   if (rows == 0) return;
-  // At most this many tiles have rows: a row tile per 128 rows plus a partial one per group.
+  // At most this many tiles (units of kCluster column tiles) have rows: a row tile per 128 rows plus
+  // a partial one per group.
   const std::int64_t out_cols = S::kPaired ? desc.n / 2 : desc.n;
   const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
-  const std::int64_t tiles = row_tiles * ((out_cols + S::kOutCols - 1) / S::kOutCols);
-  const unsigned blocks = unsigned(std::min<std::int64_t>(tiles, multiprocessor_count()));
+  const std::int64_t units = row_tiles * ((out_cols + kCluster * S::kOutCols - 1) / (kCluster * S::kOutCols));
+  const void* kernel = reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct, kSumK>);
+  allow_dynamic_shared(kernel, S::kSmemBytes);
+  const int resident = kCluster == 1 ? multiprocessor_count() : active_clusters<kCluster>(kernel, S::kSmemBytes);
+  const unsigned blocks = unsigned(kCluster * std::min<std::int64_t>(units, resident));
   const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
-  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
+  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows / kCluster);
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, S::kPaired ? kTileN : kN);
   ScaleMaps scales{};
   scales.a = scale_map(args.a_scales, desc.max_rows * k_blocks, kAScaleBox, scales.a_shift);
@@ -555,8 +645,20 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
-  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct, kSumK>), S::kSmemBytes);
-  fp8_block_gemm<kN, kAct, kSumK><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
+  if constexpr (kCluster == 1) {
+    fp8_block_gemm<kN, kAct, kSumK><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
+  } else {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = std::size_t(S::kSmemBytes);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = 1;
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, fp8_block_gemm<kN, kAct, kSumK>, map_a, map_w, scales, params, act));
+  }
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 

@@ -43,6 +43,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
         tiles.push_back(GemmTile::m128_n128_persistent);
         tiles.push_back(GemmTile::m128_n192_persistent);
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
+        tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
+                                   GemmTile::m128_n256_persistent_act_x2});
         if (!batch_invariant) tiles.push_back(GemmTile::tokens192_n128_persistent);  // N fitted to the rows
       }
       break;
@@ -75,7 +77,10 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n192_persistent:
     case GemmTile::m128_n256_persistent_act:
     case GemmTile::tokens192_n128_persistent:
-    case GemmTile::m128_n128_persistent_k32: return 16;
+    case GemmTile::m128_n128_persistent_k32:
+    case GemmTile::m128_n128_persistent_x2:
+    case GemmTile::m128_n192_persistent_x2:
+    case GemmTile::m128_n256_persistent_act_x2: return 16;
     default: return 0;
   }
 }
@@ -148,6 +153,9 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens8_n256_act: return "tokens8_n256_act";
     case GemmTile::tokens16_n256_act: return "tokens16_n256_act";
     case GemmTile::tokens32_n256_act: return "tokens32_n256_act";
+    case GemmTile::m128_n128_persistent_x2: return "m128_n128_persistent_x2";
+    case GemmTile::m128_n192_persistent_x2: return "m128_n192_persistent_x2";
+    case GemmTile::m128_n256_persistent_act_x2: return "m128_n256_persistent_act_x2";
   }
   return "";
 }
