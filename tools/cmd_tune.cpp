@@ -112,9 +112,10 @@ class ProgressBar {
                    static_cast<long long>(tokens), done, total, elapsed, eta);
     }
     last_ = tokens;
+    measured_ = done + 1;
   }
-  void finish(std::size_t total) const {
-    std::fprintf(stderr, "%stune %s: %zu measurements in %.1f s\n", tty_ ? "\r\033[K" : "", name_.c_str(), total,
+  void finish() const {
+    std::fprintf(stderr, "%stune %s: %zu measurements in %.1f s\n", tty_ ? "\r\033[K" : "", name_.c_str(), measured_,
                  seconds_since(start_));
   }
 
@@ -123,6 +124,7 @@ class ProgressBar {
   bool tty_;
   Clock::time_point start_;
   std::int64_t last_ = -1;
+  std::size_t measured_ = 0;
 };
 
 // The cache of one entry that makes a layer run `tactic` at T (how the tuner forces a tactic:
@@ -242,15 +244,19 @@ core::TunePlan make_plan(const TuneProblem& p, const io::TuningDevice& device, c
   plan.problem = io::TuningProblem::of(p.config);
   plan.measured = p.measured(runs);
   for (std::int64_t t : buckets) {
-    core::TuneCase c{t, {}};
-    for (const cuda::Tactic& tactic : cuda::candidate_tactics({p.config, t, 0, false})) c.tactics.push_back(tactic.name());
+    core::TuneCase c{t, {}, {}};
+    const cuda::TacticProblem problem{p.config, t, 0, false};
+    for (const cuda::Tactic& tactic : cuda::candidate_tactics(problem)) {
+      c.tactics.push_back(tactic.name());
+      for (const cuda::Tactic& variant : cuda::tactic_variants(tactic, problem)) c.variants[tactic.name()].push_back(variant.name());
+    }
     plan.cases.push_back(c);
   }
   return plan;
 }
 
 void print_results(const TuneProblem& p, const core::TunePlan& plan, const std::vector<io::TuningEntry>& entries) {
-  std::printf("tune %s (%s): %zu measurements\n", p.name.c_str(), plan.problem.to_string().c_str(), plan.measurements());
+  std::printf("tune %s (%s): at most %zu measurements\n", p.name.c_str(), plan.problem.to_string().c_str(), plan.measurements());
   std::printf("  %6s  %-52s %10s  %-52s %10s %7s\n", "T", "heuristic", "us", "tuned", "us", "gain");
   for (const io::TuningEntry& e : entries) {
     // The heuristic's tactic is each case's first candidate.
@@ -404,11 +410,11 @@ int cmd_tune(int argc, char** argv) {
       continue;
     }
     const core::TunePlan plan = make_plan(p, timer.device(), buckets, runs);
-    std::fprintf(stderr, "tune %s: %zu measurements (%zu buckets, %d replays each)\n", p.name.c_str(), plan.measurements(),
+    std::fprintf(stderr, "tune %s: at most %zu measurements (%zu buckets, %d replays each)\n", p.name.c_str(), plan.measurements(),
                  buckets.size(), runs);
     ProgressBar bar(p.name);
     const std::vector<io::TuningEntry> tuned = core::tune(plan, timer, std::ref(bar));
-    bar.finish(plan.measurements());
+    bar.finish();
     print_results(p, plan, tuned);
     entries.insert(entries.end(), tuned.begin(), tuned.end());
   }

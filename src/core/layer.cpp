@@ -90,6 +90,7 @@ struct Layer::Impl {
     std::size_t router = 0, shared = 0, prepare = 0, experts = 0, finalize = 0, bytes = 0;
     std::int64_t expert_rows = 0;
     bool whole = false;  // the experts stage does Prepare's and Finalize's work (ExpertsStage::whole_layer)
+    bool finalizes = false;  // the experts stage does Finalize's work (whole, or ExpertsStage::finalizes)
   };
   static constexpr std::size_t kSizesKept = 4096;  // past this many distinct T the table starts again
   mutable std::mutex sizes_mutex;
@@ -130,6 +131,7 @@ struct Layer::Impl {
       s.finalize = stages.finalize->workspace_size(after);
       s.expert_rows = stages.experts->max_rows(after);
       s.whole = stages.experts->whole_layer(after);
+      s.finalizes = s.whole || stages.experts->finalizes(after);
     }
     core::Carver counter(nullptr);
     carve(counter, p, s);
@@ -217,7 +219,7 @@ struct Layer::Impl {
         stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
       }
       stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, hidden, out}, b.experts_ws, stream);
-      if (!whole) {
+      if (!s.finalizes) {
         const bool weights_left = !on_input && !stages.experts->applies_weights();
         core::mark_step(p, "finalize", stream);
         stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},

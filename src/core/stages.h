@@ -153,6 +153,9 @@ class ExpertsStage : public Stage {
   // Whether run does Prepare's and Finalize's work itself, from args.hidden to args.out (the
   // layer then runs neither, and `in` and expert_out are not used); only where both are given.
   virtual bool whole_layer(const StageProblem&) const { return false; }
+  // Whether run does Finalize's work itself: each token's k rows of expert_out, weighted, summed
+  // into args.out (the layer then runs no Finalize); only where args.out is given.
+  virtual bool finalizes(const StageProblem&) const { return false; }
   // Whether run prepares the input itself (Prepare's work on args.hidden, into args.in, in its
   // permutation plan's launch): the layer then skips Prepare; only where args.hidden is given.
   virtual bool prepares_input(const StageProblem&) const { return false; }

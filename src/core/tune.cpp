@@ -43,13 +43,17 @@ std::vector<TuneCase> TunePlan::timed() const {
     std::erase_if(common, [&](const std::string& t) { return std::find(c.tactics.begin(), c.tactics.end(), t) == c.tactics.end(); });
   if (common.size() <= 1) return {};
   std::vector<TuneCase> out;
-  for (const TuneCase& c : cases) out.push_back({c.tokens, common});
+  for (const TuneCase& c : cases) out.push_back({c.tokens, common, {}});
   return out;
 }
 
 std::size_t TunePlan::measurements() const {
   std::size_t n = 0;
-  for (const TuneCase& c : timed()) n += c.tactics.size();
+  for (const TuneCase& c : timed()) {
+    std::size_t most = 0;
+    for (const auto& [tactic, variants] : c.variants) most = std::max(most, variants.size());
+    n += c.tactics.size() + most;
+  }
   return n;
 }
 
@@ -59,12 +63,22 @@ std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, cons
   std::size_t done = 0;
   std::vector<std::vector<io::TunedTime>> times;
   for (const TuneCase& c : cases) {
-    times.emplace_back();
-    for (const std::string& tactic : c.tactics) {
+    std::vector<io::TunedTime>& timed = times.emplace_back();
+    auto time = [&](const std::string& tactic) {
       if (progress) progress(done, total, c.tokens, tactic);
-      times.back().push_back({tactic, timer.time_us(c.tokens, tactic)});
+      timed.push_back({tactic, timer.time_us(c.tokens, tactic)});
       ++done;
-    }
+    };
+    for (const std::string& tactic : c.tactics) time(tactic);
+    if (timed.empty()) continue;
+    // The fastest candidate's variants, those not timed already.
+    const auto fastest = std::min_element(timed.begin(), timed.end(), [](const io::TunedTime& a, const io::TunedTime& b) {
+      return a.us < b.us;
+    });
+    const auto v = c.variants.find(fastest->tactic);
+    if (v == c.variants.end()) continue;
+    for (const std::string& tactic : v->second)
+      if (std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; })) time(tactic);
   }
   std::vector<io::TuningEntry> entries;
   if (plan.problem.batch_invariant) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ class TacticTimer {
 struct TuneCase {
   std::int64_t tokens = 0;           // a bucket, timed at T = tokens
   std::vector<std::string> tactics;  // the candidates at T, the heuristic's first
+  // Variants of a candidate (its tiles on clusters, its GEMM2 with the combine), timed after the
+  // candidates for the fastest of them alone: variants[tactic], none where absent.
+  std::map<std::string, std::vector<std::string>> variants;
 };
 
 struct TunePlan {
@@ -29,8 +33,10 @@ struct TunePlan {
   std::vector<TuneCase> cases;
   std::string measured;  // copied into each entry
   // The tactics each case times: every one where more than one can run; a batch-invariant
-  // problem times the tactics that every case can run, at every case, or nothing when only one can.
+  // problem times the tactics that every case can run, at every case, or nothing when only one can
+  // (and no variants).
   std::vector<TuneCase> timed() const;
+  // At most this many: each timed case's candidates and its candidate's most variants.
   std::size_t measurements() const;
 };
 

@@ -236,7 +236,7 @@ TunePlan plan(bool batch_invariant) {
   p.device = kHere;
   p.problem = problem();
   p.problem.batch_invariant = batch_invariant;
-  p.cases = {{1, {"h", "a", "b"}}, {2, {"h"}}, {4, {"h", "a"}}};
+  p.cases = {{1, {"h", "a", "b"}, {}}, {2, {"h"}, {}}, {4, {"h", "a"}, {}}};
   p.measured = "fake";
   return p;
 }
@@ -293,6 +293,32 @@ TEST(CoreTune, AnEntryKeepsAtMostTheRunnersUpACacheHolds) {
   const TunedTable t(given(entries), kHere, problem(), "experts");
   ASSERT_NE(t.find(1), nullptr) << t.report()[0];
   EXPECT_EQ(t.find(1)->winner.tactic, "t0");
+}
+
+// Variants (a candidate's tiles on clusters, its GEMM2 with the combine) are timed for the fastest
+// candidate alone, after the candidates, and may win; the plan counts the most they may add.
+TEST(CoreTune, TheFastestCandidatesVariantsAreTimedAndMayWin) {
+  FakeTimer timer;
+  timer.us = {{{1, "h"}, 30}, {{1, "a"}, 10}, {{1, "b"}, 20}, {{1, "a2"}, 8}, {{1, "a3"}, 12},
+              {{4, "h"}, 5},  {{4, "a"}, 6}};
+  TunePlan p = plan(false);
+  p.cases[0].variants = {{"a", {"a2", "a3", "b"}}, {"b", {"b2"}}};  // b: timed already; b2: b is not the fastest
+  p.cases[2].variants = {{"a", {"a2", "a3"}}};                      // T=4: h is the fastest, it has none
+  EXPECT_EQ(p.measurements(), 5u + 3u + 2u);
+  std::vector<std::string> seen;
+  const auto entries = tune(p, timer, [&](std::size_t, std::size_t, std::int64_t t, const std::string& tactic) {
+    seen.push_back(std::to_string(t) + tactic);
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"1h", "1a", "1b", "1a2", "1a3", "4h", "4a"}));
+  EXPECT_EQ(timer.calls, 7);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].winner.tactic, "a2");
+  ASSERT_EQ(entries[0].runners_up.size(), 4u);
+  EXPECT_EQ(entries[0].runners_up[0].tactic, "a");
+  EXPECT_EQ(entries[0].runners_up[1].tactic, "a3");
+  EXPECT_EQ(entries[1].winner.tactic, "h");
+  p.problem.batch_invariant = true;  // the common tactics alone, no variants
+  for (const TuneCase& c : p.timed()) EXPECT_TRUE(c.variants.empty());
 }
 
 TEST(CoreTune, BatchInvariantTimesTheCommonTacticsEverywhereAndKeepsOne) {

@@ -12,6 +12,7 @@
 
 #include "core/rows.h"
 #include "cpu/activation.h"
+#include "cpu/finalize.h"
 #include "cpu/gemm.h"
 #include "cpu/quant.h"
 #include "cuda/gemm/grouped_gemm.h"
@@ -637,6 +638,108 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                                    : info.param.act_tile == GemmTile::tokens32_n256_act ? "_tokens32"
                                    : info.param.act_tile == GemmTile::m128_n256_persistent_act_x2 ? "_persistent_x2"
                                                                                         : "_persistent");
+                         });
+
+// GEMM2 + the weighted combine (tokens{8,16}_n128_combine) against the same decode kernel's bf16
+// tile followed by the CPU's finalize: D the same bits, and each token's sum the same bits; weights
+// or none, -1 slots, tokens with no row, a column block short of 128 (N 392), the caller's output
+// only 2-byte aligned, no row at all (every token 0); reruns (the counts left at 0) and a CUDA
+// graph's replays the same bits.
+class CudaGroupedGemmCombined : public ::testing::TestWithParam<GemmTile> {};
+
+TEST_P(CudaGroupedGemmCombined, MatchesTheBf16TileThenTheCpuFinalize) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GemmTile tile = GetParam();
+  const GemmTile plain = tile == GemmTile::tokens8_n128_combine ? GemmTile::tokens8_n128_wgmma : GemmTile::tokens16_n128_wgmma;
+  const Shape shapes[] = {
+      {"decode", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7, 0, 0, 0, 5, 0, 1}, 392, 256},
+      {"one_hot_expert", {0, 0, 40, 0, 1, 0, 0, 0}, 1024, 512},
+      {"no_rows", {0, 0, 0, 0}, 256, 128},
+  };
+  for (const Shape& s : shapes)
+    for (const bool weighted : {true, false})
+      for (const std::size_t misalign : {std::size_t(0), std::size_t(1)}) {
+        SCOPED_TRACE(std::string(s.name) + (weighted ? ", weighted" : ", unweighted") + (misalign ? ", out 2-byte aligned" : ""));
+        BlockGemmOnDevice g(s, 16, rng);
+        const std::int64_t data = g.h.offsets.back(), device_rows = g.layout.offsets.back();
+        // Slots: every data row once, in a shuffled order, among top_k slots per token with ~1/5 of
+        // them -1 and two tokens with none.
+        const int top_k = 4;
+        std::vector<std::int32_t> rows;
+        for (std::int64_t r = 0; r < device_rows; ++r)
+          if (g.layout.source_row[std::size_t(r)] >= 0) rows.push_back(std::int32_t(r));
+        std::shuffle(rows.begin(), rows.end(), rng);
+        std::vector<std::int32_t> slot_rows;
+        std::bernoulli_distribution gap(0.2);
+        for (std::size_t next = 0; next < rows.size();) slot_rows.push_back(gap(rng) ? -1 : rows[next++]);
+        slot_rows.resize(std::size_t(ceil_div(std::int64_t(slot_rows.size()), top_k) + 2) * top_k, -1);
+        const std::int64_t tokens = std::int64_t(slot_rows.size()) / top_k;
+        std::vector<float> weights = random_f32(slot_rows.size(), 0.0f, 1.0f, rng);
+        ASSERT_EQ(std::int64_t(rows.size()), data);
+
+        cuda::GroupedGemmDesc desc = g.desc;
+        ASSERT_TRUE(cuda::can_implement(desc, {plain}));
+        g.d.poison();
+        cuda::run_grouped_gemm(desc, {plain}, g.args, nullptr, nullptr);
+        sync_and_check();
+        const std::vector<bf16> want_d = g.d.download();
+        std::vector<bf16> want(std::size_t(tokens * s.n));
+        cpu::finalize({want_d.data(), slot_rows.data(), weighted ? weights.data() : nullptr, tokens, top_k, s.n, want.data()});
+
+        desc.output = cuda::GemmOutput::combined;
+        ASSERT_FALSE(cuda::can_implement(desc, {plain}));
+        ASSERT_TRUE(cuda::can_implement(desc, {tile}));
+        DeviceArray<std::int32_t> d_slot_rows(slot_rows);
+        DeviceArray<float> d_weights(weights);
+        DeviceArray<bf16> out(std::size_t(tokens * s.n) + 1);
+        const std::size_t counts = cuda::workspace_size(desc, {tile}) / sizeof(std::int32_t);
+        ASSERT_EQ(counts, std::size_t(ceil_div(s.n, std::int64_t(128))));
+        DeviceArray<std::int32_t> done(std::vector<std::int32_t>(counts, 0));
+        cuda::GroupedGemmArgs args = g.args;
+        args.combined = {d_slot_rows.data(), weighted ? d_weights.data() : nullptr, out.data() + misalign, tokens, top_k};
+        auto check = [&](const char* what) {
+          const std::vector<bf16> got_d = g.d.download(), got = out.download();
+          for (std::size_t i = 0; i < want_d.size(); ++i) ASSERT_EQ(got_d[i].bits, want_d[i].bits) << what << ": D element " << i;
+          for (std::size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i + misalign].bits, want[i].bits) << what << ": token " << i / std::size_t(s.n) << " column " << i % std::size_t(s.n);
+          for (const std::int32_t c : done.download()) ASSERT_EQ(c, 0) << what << ": a count left set";
+        };
+        for (int run = 0; run < 2; ++run) {
+          g.d.poison();
+          out.poison();
+          cuda::run_grouped_gemm(desc, {tile}, args, done.data(), nullptr);
+          sync_and_check();
+          check(run == 0 ? "first run" : "rerun");
+        }
+        cudaStream_t stream = nullptr;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        cuda::run_grouped_gemm(desc, {tile}, args, done.data(), stream);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int replay = 0; replay < 2; ++replay) {
+          g.d.poison();
+          out.poison();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          check("graph replay");
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmCombined,
+                         ::testing::Values(GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine),
+                         [](const ::testing::TestParamInfo<GemmTile>& info) {
+                           return info.param == GemmTile::tokens8_n128_combine ? std::string("tokens8") : std::string("tokens16");
                          });
 
 // The decode tiles reading A's rows by index (a_by_index: GEMM1 without a gather pass) against the

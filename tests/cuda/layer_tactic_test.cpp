@@ -4,6 +4,7 @@
 // layer's bits; a batch-invariant layer keeps a token's bits in every batch under every candidate.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/check.h"
@@ -101,7 +102,14 @@ TEST(CudaLayerTactic, EveryCandidateMeetsTheCheckAndTheHeuristicsIsBitIdentical)
       const Tensor by_heuristic = gpu_external(heuristic_layer, in.hidden, in.routing);
       const cuda::TacticProblem problem{config, t, 0, false};
       const std::string heuristic_name = cuda::heuristic_tactic(problem).tactic.name();
-      for (const cuda::Tactic& tactic : cuda::candidate_tactics(problem)) {
+      // The candidates and their variants (the tuner's second round times those of its fastest).
+      std::vector<cuda::Tactic> tactics;
+      for (const cuda::Tactic& candidate : cuda::candidate_tactics(problem)) {
+        tactics.push_back(candidate);
+        for (const cuda::Tactic& v : cuda::tactic_variants(candidate, problem))
+          if (std::find(tactics.begin(), tactics.end(), v) == tactics.end()) tactics.push_back(v);
+      }
+      for (const cuda::Tactic& tactic : tactics) {
         SCOPED_TRACE(tactic.name());
         Layer layer(prepared, forcing(config, t, tactic.name()));
         const Tensor out = gpu_external(layer, in.hidden, in.routing);

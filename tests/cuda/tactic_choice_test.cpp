@@ -2,7 +2,9 @@
 // cache, and the staged path's launches at T (cuda/layer/experts.h). Host code only: it runs without a GPU (the device key is given, not asked).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cuda/layer/experts.h"
 #include "cuda/layer/tactic.h"
@@ -115,18 +117,30 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 // deepseek-v3 and qwen3-30b-a3b at their defaults over T = 1 ... 16384 (754 took 30 s there; the
 // persistent block-scaled tiles, candidates from 16 rows per group, make it 1022, the swapped tiles
 // 1176: deepseek-v3's six buckets from T=512, 260 of them, took 34.3 s on 2026-12-04; the decode
-// kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds).
+// kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds),
+// and at most a candidate's variants per bucket (the cluster and combine tiles: the second round,
+// 1626 in all).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
     const MoEConfig c = io::find_preset(name).config;
     for (std::int64_t t = 1; t <= 16384; t *= 2) {
-      const std::size_t k = cuda::candidate_tactics({c, t, 0, false}).size();
-      if (k > 1) n += k;
+      const cuda::TacticProblem p{c, t, 0, false};
+      const std::vector<cuda::Tactic> candidates = cuda::candidate_tactics(p);
+      std::size_t variants = 0;
+      for (const cuda::Tactic& tactic : candidates) {
+        const std::vector<cuda::Tactic> v = cuda::tactic_variants(tactic, p);
+        variants = std::max(variants, v.size());
+        for (const cuda::Tactic& x : v) {
+          EXPECT_TRUE(cuda::can_implement(x, p)) << x.name();
+          EXPECT_EQ(std::find(candidates.begin(), candidates.end(), x), candidates.end()) << x.name() << ": a candidate too";
+        }
+      }
+      if (candidates.size() > 1) n += candidates.size() + variants;
     }
   }
   RecordProperty("measurements", int(n));
-  EXPECT_LE(n, 1600u);
+  EXPECT_LE(n, 1700u);
   EXPECT_GE(n, 60u);
 }
 
@@ -160,6 +174,50 @@ TEST(TacticSteps, DecodeSizesPrepareInThePlanAndReadRowsByIndex) {
   EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
             "quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
             "m64_n128_pingpong, finalize");
+}
+
+// GEMM2 + the weighted combine (tokens{8,16}_n128_combine): a GEMM2 tile only, where the one-block
+// plan zeroes its counts (decode sizes), not inside the EP pipeline; a candidate there; explain says
+// that no finalize runs.
+TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
+  const MoEConfig c = preset("deepseek-v3", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const cuda::Tactic combined{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_combine}};
+  EXPECT_TRUE(cuda::can_implement(combined, {c, 1, 0, false}));
+  EXPECT_TRUE(cuda::plan_takes_one_block(c, 512));
+  EXPECT_FALSE(cuda::plan_takes_one_block(c, 513));
+  EXPECT_FALSE(cuda::plan_takes_one_block(c, 0));
+  const Status ep = cuda::can_implement(combined, {c, 1, 0, true});
+  EXPECT_FALSE(ep);
+  EXPECT_NE(ep.reason().find("not inside the expert-parallel pipeline"), std::string::npos) << ep.reason();
+  const cuda::Tactic wide{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::tokens16_n128_combine}};
+  const Status past = cuda::can_implement(wide, {c, 1024, 0, false});
+  EXPECT_FALSE(past);
+  EXPECT_NE(past.reason().find("needs the one-block permutation plan"), std::string::npos) << past.reason();
+  const cuda::Tactic first{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_combine}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  const Status g1 = cuda::can_implement(first, {c, 1, 0, false});
+  EXPECT_FALSE(g1);
+  EXPECT_NE(g1.reason().find("combines GEMM2's rows, not GEMM1's"), std::string::npos) << g1.reason();
+  EXPECT_EQ(cuda::parse_tactic(combined.name()), combined);
+
+  // A variant of the candidates with the decode GEMM2 (the tuner's second round), not a candidate.
+  const cuda::TacticProblem at1{c, 1, 0, false};
+  bool variant = false;
+  for (const cuda::Tactic& t : cuda::candidate_tactics(at1)) {
+    EXPECT_NE(cuda::output_of(t.gemm2.tile), cuda::GemmOutput::combined) << t.name();
+    for (const cuda::Tactic& v : cuda::tactic_variants(t, at1)) {
+      EXPECT_NE(cuda::output_of(v.gemm1.tile), cuda::GemmOutput::combined) << v.name();
+      variant = variant || (cuda::output_of(v.gemm2.tile) == cuda::GemmOutput::combined && v.gemm1.tile == t.gemm1.tile);
+    }
+  }
+  EXPECT_TRUE(variant);
+  const cuda::TacticProblem in_ep{c, 1, 0, true};
+  for (const cuda::Tactic& t : cuda::candidate_tactics(in_ep))
+    for (const cuda::Tactic& v : cuda::tactic_variants(t, in_ep)) EXPECT_NE(cuda::output_of(v.gemm2.tile), cuda::GemmOutput::combined) << v.name();
+  const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined}));
+  EXPECT_EQ(cuda::staged_steps(c, 1, combined),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),

@@ -65,6 +65,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n192_persistent_x2: return "128x192 persistent wgmma, 2-block clusters (A multicast), f32 every 128 K";
     case GemmTile::m128_n256_persistent_act_x2:
       return "128x(128+128) persistent wgmma + activation, 2-block clusters (A multicast), f32 every 128 K";
+    case GemmTile::tokens8_n128_combine: return "8 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
+    case GemmTile::tokens16_n128_combine: return "16 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
   }
   return "?";
 }
@@ -202,9 +204,11 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m64_n128_f16: return up(rows, 64);
     case GemmTile::rows8_warp_mma:
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n256_act: return up(rows, 8);
+    case GemmTile::tokens8_n256_act:
+    case GemmTile::tokens8_n128_combine: return up(rows, 8);
     case GemmTile::tokens16_n128_wgmma:
-    case GemmTile::tokens16_n256_act: return up(rows, 16);
+    case GemmTile::tokens16_n256_act:
+    case GemmTile::tokens16_n128_combine: return up(rows, 16);
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens32_n256_act: return up(rows, 32);
     case GemmTile::m128_n128_cooperative:
@@ -254,9 +258,14 @@ Status can_implement(const GroupedGemmDesc& desc, const GroupedGemmConfig& confi
   // (a group's base row0 * K, rows past 2^31 / K), so only the row count is bounded here.
   if (desc.max_rows >= (std::int64_t(1) << 31))
     return Status::no("rows: expected below 2^31 (32-bit row offsets), given " + std::to_string(desc.max_rows));
-  if (desc.output != output_of(config.tile))
-    return Status::no(config.to_string() + (desc.output == GemmOutput::activated_fp8 ? ": writes bf16, not the activated FP8 rows"
-                                                                                  : ": writes the activated FP8 rows, not bf16"));
+  if (desc.output != output_of(config.tile)) {
+    auto what = [](GemmOutput o) {
+      return o == GemmOutput::bf16            ? "bf16"
+             : o == GemmOutput::activated_fp8 ? "the activated FP8 rows"
+                                              : "bf16 and the combined tokens";
+    };
+    return Status::no(config.to_string() + ": writes " + what(output_of(config.tile)) + ", not " + what(desc.output));
+  }
   if (desc.a_by_index && !reads_rows_by_index(config.tile))
     return Status::no(config.to_string() + ": reads A as laid out, not its rows by index");
   const Entry* e = find(desc.kind, config.tile);

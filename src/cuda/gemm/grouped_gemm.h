@@ -27,8 +27,10 @@ enum class GemmKind : std::uint8_t {
 
 // What a GEMM writes: D in bf16, or (GEMM1 of an fp8-block layer with a gated activation) the
 // activated rows requantized to FP8 with their 1x128 scales (GroupedGemmArgs::activated), the
-// activation stage fused into GEMM1's epilogue.
-enum class GemmOutput : std::uint8_t { bf16, activated_fp8 };
+// activation stage fused into GEMM1's epilogue, or (GEMM2 at decode sizes) D and then each token's
+// k rows of D summed into the layer's output (GroupedGemmArgs::combined), the finalize stage fused
+// into GEMM2.
+enum class GemmOutput : std::uint8_t { bf16, activated_fp8, combined };
 
 enum class GemmTile : std::uint8_t {
   m128_n128_cooperative,  // 2 consumer warpgroups on one 128-row tile: large groups
@@ -56,10 +58,15 @@ enum class GemmTile : std::uint8_t {
   m128_n128_persistent_x2,      // the persistent tiles on clusters of two blocks at neighbouring column
   m128_n192_persistent_x2,      //   tiles of the same rows, each loading half of the A tile into both
   m128_n256_persistent_act_x2,  //   (TMA multicast)
+  tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
+  tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's
+                          //   columns of every token's k rows
 };
 
-// What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), else bf16.
+// What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), D and the
+// combined tokens (tokens*_n128_combine), else bf16.
 constexpr GemmOutput output_of(GemmTile tile) {
+  if (tile == GemmTile::tokens8_n128_combine || tile == GemmTile::tokens16_n128_combine) return GemmOutput::combined;
   const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::m128_n256_persistent_act_x2 ||
                          tile == GemmTile::tokens8_n256_act ||
                          tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act;
@@ -75,7 +82,8 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
-    GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2};
+    GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens8_n128_combine,
+    GemmTile::tokens16_n128_combine};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
@@ -117,6 +125,19 @@ struct ActivatedOut {
   bool ue8m0 = false;
 };
 
+// GemmOutput::combined (GEMM2 of the staged path): out[t] = bf16( sum_{j ascending} w[t, j] *
+// D[slot_rows[t, j]] ), f32 sums in slot order, products rounded before the add (finalize's
+// arithmetic, the same bits); a slot of row -1 adds nothing, no weights: w = 1. N a multiple of 8.
+// The GEMM's workspace holds a count per 128-column block, which must be 0 when the kernel starts
+// (the one-block permutation plan zeroes it: permute::PlanArgs::zeroed); the kernel leaves it 0.
+struct CombinedOut {
+  const std::int32_t* slot_rows = nullptr;  // [tokens, top_k]
+  const float* weights = nullptr;           // [tokens, top_k], or null
+  bf16* out = nullptr;                      // [tokens, N]
+  std::int64_t tokens = 0;
+  int top_k = 0;
+};
+
 struct GroupedGemmArgs {
   const void* a = nullptr;
   const float* a_scales = nullptr;
@@ -130,6 +151,7 @@ struct GroupedGemmArgs {
   // null: every row of offsets
   const std::int32_t* counts = nullptr;
   ActivatedOut activated = {};  // GemmOutput::activated_fp8 only (d unused then)
+  CombinedOut combined = {};    // GemmOutput::combined only (d written too: the rows' exchange)
   // GroupedGemmDesc::a_by_index only: [max_rows] the row of `a` ([*, K], FP8; its scales k-major
   // [*, ceil(K/128)] in a_scales) that each of the GEMM's rows reads, -1: zeros (padding).
   const std::int32_t* a_rows = nullptr;

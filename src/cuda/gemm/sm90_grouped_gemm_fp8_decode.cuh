@@ -2,8 +2,8 @@
 // WGMMA's 64-row operand and the group's rows its N of 8, 16 or 32 ("swap AB"), so that a row
 // tile of 8 tokens costs 8 rows of A, not 64, and the tensor core never is the limit: the W
 // stream is. fp8_block, f32 promotion every 128 of K (four chained WGMMAs; `fast`, the
-// tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out) and
-// sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
+// tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out; GEMM2 + the
+// weighted combine) and sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
 //   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
 //      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. A block
 //      finds its tiles in a table of each group's first tile that one warp builds in shared memory
@@ -23,6 +23,10 @@
 //      output that the activation stage reads), activated, each row's 128 channels (both
 //      warpgroups' 64, their maxima met in shared memory) one 1x128 FP8 block, FP8 q[row][channel]
 //      and the scales in GEMM2's layout: no bf16 GEMM1 output, no activation pass
+//   5. the combine (GemmOutput::combined): a block that stored a tile counts it for its 128-column
+//      block (the stores fenced first); the block whose count completes the column block sums, for
+//      those columns, each token's k rows of D in slot order into the output (finalize's
+//      arithmetic), then sets the count back to 0. Deterministic: the sums' order is the slots'
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,6 +34,7 @@
 #include <cstdint>
 
 #include "cuda/activation/activate.cuh"
+#include "cuda/common/vec.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -58,6 +63,15 @@ struct ActOut {
   Activation act;
   float alpha, limit;
   bool ue8m0;
+};
+
+// GEMM2's weighted combine (GemmOutput::combined, GroupedGemmArgs::combined): out null, none.
+struct CombineOut {
+  const std::int32_t* slot_rows;  // [tokens, top_k]
+  const float* weights;           // [tokens, top_k] or null (every weight 1)
+  std::uint16_t* out;             // [tokens, N] bf16
+  std::int32_t* done;             // [ceil(N / 128)] tiles stored per column block: 0 at launch, left 0
+  int tokens, top_k;
 };
 
 template <int kN, bool kAct>
@@ -263,10 +277,50 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
   }
 }
 
+// The consumer warpgroups' part of the combine after a tile's D rows are stored (step 5):
+// per_column tiles make a 128-column block; `last` (shared) tells them whether this block's count
+// completed it.
+__device__ __forceinline__ void combine_after_tile(const Params& p, const CombineOut& cb, const Tile& t, int per_column,
+                                                   int& last) {
+  __threadfence();  // this thread's D stores, device-wide, before the count
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
+  const int column = t.n0 / kTileN;
+  if (threadIdx.x == 128) last = atomicAdd(cb.done + column, 1) == per_column - 1;
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
+  if (!last) return;
+  __threadfence();  // the other blocks' stores, counted before ours
+  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token.
+  constexpr int kVectors = kTileN / 8;
+  const int vectors = min(kTileN, p.n - t.n0) / 8;
+  for (int item = int(threadIdx.x) - 128; item < cb.tokens * kVectors; item += kConsumers * 128) {
+    const int token = item / kVectors, v = item % kVectors;
+    if (v >= vectors) continue;
+    float acc[8] = {};
+    for (int j = 0; j < cb.top_k; ++j) {
+      const std::size_t slot = std::size_t(token) * cb.top_k + j;
+      const int row = __ldg(cb.slot_rows + slot);
+      if (row < 0) continue;
+      float x[8];
+      unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(p.d + std::size_t(row) * p.n + t.n0 + 8 * v)), x);
+      const float w = cb.weights ? __ldg(cb.weights + slot) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w, x[i]) : x[i]);
+    }
+    std::uint16_t* to = cb.out + std::size_t(token) * p.n + t.n0 + 8 * v;
+    if (reinterpret_cast<std::uintptr_t>(cb.out) % 16 == 0) {
+      *reinterpret_cast<uint4*>(to) = pack_bf16x8(acc);
+    } else {  // the caller's output need only be 2-byte aligned
+#pragma unroll
+      for (int i = 0; i < 8; ++i) to[i] = f32_to_bf16(acc[i]);
+    }
+  }
+  if (threadIdx.x == 128) cb.done[column] = 0;  // every tile of the column block counted: ready for the next launch
+}
+
 template <int kN, bool kAct>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, IndexedA ia,
-               ActOut act) {
+               ActOut act, CombineOut cb) {
   using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
@@ -274,10 +328,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
                                            S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
   __shared__ int tile_first[kMaxGroups + 1];  // the tile table (build_tile_table)
+  __shared__ int combine_last;                 // combine_after_tile's
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
   if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first);
   __syncthreads();
   const int tiles = tile_first[p.groups];
+  if (cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
+    const std::int64_t values = std::int64_t(cb.tokens) * p.n;
+    for (std::int64_t i = blockIdx.x * std::int64_t(kThreads) + threadIdx.x; i < values; i += std::int64_t(gridDim.x) * kThreads)
+      cb.out[i] = 0;
+    return;
+  }
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   // kAct: the tiles walk I's 128-channel blocks (p.n = I); W has 2I rows per group.
@@ -353,19 +414,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         if (row < t.rows && channel < p.n)
           p.d[(std::size_t(t.row0) + row) * p.n + channel] = __float2bfloat16_rn(acc[0][i]);
       }
+      if (cb.out) combine_after_tile(p, cb, t, tiles / ((p.n + kTileN - 1) / kTileN), combine_last);
     }
   }
 }
 
 // Persistent: at most two blocks per SM, each walking every grid-th tile. kAct: N = 2I (gate
-// rows, then up rows), the tiles over I.
+// rows, then up rows), the tiles over I. GemmOutput::combined: workspace holds the column blocks'
+// counts (combined_workspace_size).
 template <int kN, bool kAct>
-void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) {
   using S = Shape<kN, kAct>;
   GroupedGemmDesc tiles = desc;
   if (kAct) tiles.n = desc.n / 2;
   TileLaunch l = tile_launch(tiles, args, kN);
-  if (l.blocks == 0) return;
+  if (l.blocks == 0) {  // no rows: the combine's sums are 0
+    if (desc.output == GemmOutput::combined && args.combined.tokens > 0)
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(args.combined.out, 0, sizeof(bf16) * std::size_t(args.combined.tokens * desc.n), stream));
+    return;
+  }
   l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
   const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
   const ActivatedOut& o = args.activated;
@@ -373,13 +440,26 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   // By index, map_a (over max_rows rows of `a`) is never read: the rows come by cp.async.
   require(!desc.a_by_index || args.a_rows, "decode WGMMA GEMM: rows by index need a_rows");
   const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
+  CombineOut cb{};
+  if (desc.output == GemmOutput::combined) {
+    const CombinedOut& c = args.combined;
+    require(c.slot_rows && c.out && workspace && c.top_k > 0 && c.tokens > 0 && c.tokens < (std::int64_t(1) << 31),
+            "decode WGMMA GEMM + combine: slot_rows, out, workspace and tokens, top_k > 0 are required");
+    cb = {c.slot_rows, c.weights, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
+          int(c.tokens), c.top_k};
+  }
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
-  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act, cb);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 
+// The combine's counts: one per 128-column block.
+inline std::size_t combined_workspace_size(const GroupedGemmDesc& desc) {
+  return sizeof(std::int32_t) * std::size_t((desc.n + kTileN - 1) / kTileN);
+}
+
 // K in whole 128-blocks (a stage is one); kAct: N = 2I with I a multiple of 128 (a tile's channels
-// are one whole scale block), a gated activation.
+// are one whole scale block), a gated activation; the combine: N a multiple of 8 (16-byte vectors).
 inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
   if (desc.groups > kMaxGroups)
     return Status::no("groups: the decode WGMMA kernel's tile table takes at most " + std::to_string(kMaxGroups) + ", given " +
@@ -388,6 +468,8 @@ inline Status can_implement(const GroupedGemmDesc& desc, bool act) {
     return Status::no("K: the decode WGMMA kernel takes whole 128-K blocks, given " + std::to_string(desc.k));
   if (act && desc.n % (2 * kTileN) != 0)
     return Status::no("activated out: 2I a multiple of 256, given " + std::to_string(desc.n));
+  if (desc.output == GemmOutput::combined && desc.n % 8 != 0)
+    return Status::no("the combine: N a multiple of 8, given " + std::to_string(desc.n));
   return wgmma::can_implement(desc);
 }
 

@@ -9,7 +9,7 @@ namespace moekit::cuda::sm90 {
   std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                                \
   Status NAME##_can_implement(const GroupedGemmDesc& desc) { return fp8_decode::can_implement(desc, true); } \
   void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) {   \
-    fp8_decode::run<N, true>(desc, args, stream);                                                        \
+    fp8_decode::run<N, true>(desc, args, nullptr, stream);                                                        \
   }
 MOEKIT_DECODE_ACT_INSTANCE(fp8_block_decode8_act, 8)
 MOEKIT_DECODE_ACT_INSTANCE(fp8_block_decode16_act, 16)

@@ -109,6 +109,12 @@ class Experts final : public core::ExpertsStage {
 
   bool whole_layer(const core::StageProblem& p) const override { return plan(p).tactic.path == TacticPath::min_latency; }
 
+  // GEMM2 combines the tokens' rows itself (a *_combine tile: GemmOutput::combined).
+  bool finalizes(const core::StageProblem& p) const override {
+    const Plan m = plan(p);
+    return m.status && m.tactic.path == TacticPath::staged && output_of(m.tactic.gemm2.tile) == GemmOutput::combined;
+  }
+
   bool prepares_input(const core::StageProblem& p) const override {
     const Plan m = plan(p);
     return m.status && m.prepares;
@@ -147,6 +153,13 @@ class Experts final : public core::ExpertsStage {
     plan_args.slot_rows = args.slot_rows.ptr<std::int32_t>();
     plan_args.row_token = b.row_token;
     plan_args.row_expert = b.row_expert;
+    const auto [g1, g2] = gemms(p, t);
+    const bool combined = g2.first.output == GemmOutput::combined;
+    if (combined) {  // GEMM2's counts per 128 columns, zero at its launch
+      require(args.out.defined(), "GEMM2 + combine: the layer's output is required");
+      plan_args.zeroed = reinterpret_cast<std::int32_t*>(b.gemm2_ws.data);
+      plan_args.zeroed_count = std::int64_t(b.gemm2_ws.size / sizeof(std::int32_t));
+    }
     if (m.prepares) {
       const QuantScheme s = config_.quant.scheme;
       permute::PrepareArgs prepare;
@@ -162,7 +175,6 @@ class Experts final : public core::ExpertsStage {
       permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
     }
 
-    const auto [g1, g2] = gemms(p, t);
     const bool by_index = g1.first.a_by_index;
     if (!by_index) {
       permute::GatherArgs gather;
@@ -207,6 +219,11 @@ class Experts final : public core::ExpertsStage {
     core::mark_step(p, "gemm2", stream);
     GroupedGemmArgs a2{b.q2, channel ? b.s2_gemm : b.s2, b.offsets, weights_.w2.data,
                        weights_.w2_scales.ptr<float>(), args.expert_out.ptr<bf16>(), b.counts};
+    if (combined) {  // finalize's work: the weights unless they went on the input
+      const bool on_input = config_.routing.effective_placement() == WeightPlacement::input;
+      a2.combined = {args.slot_rows.ptr<std::int32_t>(), on_input ? nullptr : args.topk_weights.ptr<float>(),
+                     args.out.ptr<bf16>(), p.tokens, int(config_.top_k())};
+    }
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
 
@@ -312,6 +329,7 @@ class Experts final : public core::ExpertsStage {
       const core::StageProblem& p, const Tactic& t) const {
     StagedGemms g = staged_gemms({config_, p.tokens, max_rows(p), p.group != nullptr});
     g.gemm1.output = output_of(t.gemm1.tile);
+    g.gemm2.output = output_of(t.gemm2.tile);
     // The plan prepared the input (decode sizes): the decode tiles read its rows by index.
     g.gemm1.a_by_index = prepares(p) && reads_rows_by_index(t.gemm1.tile);
     return {{g.gemm1, t.gemm1}, {g.gemm2, t.gemm2}};
@@ -540,8 +558,11 @@ bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expe
   const QuantScheme s = config.quant.scheme;
   const bool scheme = (s == QuantScheme::fp8_block && config.hidden_size % 128 == 0) ||
                       (s == QuantScheme::bf16 && config.hidden_size % 64 == 0);
-  return scheme && !expert_parallel && tokens > 0 &&
-         permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
+  return scheme && !expert_parallel && plan_takes_one_block(config, tokens);
+}
+
+bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens) {
+  return tokens > 0 && permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
 }
 
 std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic) {
@@ -554,6 +575,8 @@ std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tac
   s += "GEMM1 " + std::string(tile_id(tactic.gemm1.tile));
   if (by_index) s += " (rows read by index)";
   s += activated ? " + activation + requantization, " : ", activation + requantization, ";
+  if (output_of(tactic.gemm2.tile) == GemmOutput::combined)
+    return s + "GEMM2 " + std::string(tile_id(tactic.gemm2.tile)) + " + the weighted combine (no finalize)";
   return s + "GEMM2 " + std::string(tile_id(tactic.gemm2.tile)) + ", finalize";
 }
 

@@ -16,6 +16,10 @@ namespace moekit::cuda {
 std::unique_ptr<core::ExpertsStage> make_experts(const MoEConfig& config, const DeviceWeights& weights,
                                                  const TuningOptions* tuning);
 
+// Whether the staged path's permutation plan is one launch of one block at T (decode sizes, T > 0):
+// the plan that zeroes a later kernel's counters (permute::PlanArgs::zeroed; GEMM2 + combine's).
+bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens);
+
 // Whether the staged path quantizes the input in its permutation plan's launch at T (the layer
 // then skips Prepare): where the plan takes one block (decode sizes), outside the expert-parallel
 // pipeline (which prepares its own rows), for fp8-block (H % 128 == 0) and bf16 (H % 64 == 0).

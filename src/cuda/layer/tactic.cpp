@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "cuda/common/device.h"
 #include "cuda/layer/device_weights.h"
+#include "cuda/layer/experts.h"
 #include "cuda/layer/min_latency.h"
 #include "moekit/moekit.h"
 
@@ -21,9 +22,11 @@ double max_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::rows8_warp_mma: return 8;
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n256_act: return 16;
+    case GemmTile::tokens8_n256_act:
+    case GemmTile::tokens8_n128_combine: return 16;
     case GemmTile::tokens16_n128_wgmma:
-    case GemmTile::tokens16_n256_act: return 32;
+    case GemmTile::tokens16_n256_act:
+    case GemmTile::tokens16_n128_combine: return 32;
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens32_n256_act: return 64;
     default: return 1e300;
@@ -64,7 +67,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     // moekit's decode WGMMA kernels sum 128 of K in the tensor core, as CUTLASS's tiles do.
     if (sums == GemmSums::tensor_core)
       tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
-                                 GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act});
+                                 GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act,
+                                 GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine});
   }
   return tiles;
 }
@@ -83,6 +87,28 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n256_persistent_act_x2: return 16;
     default: return 0;
   }
+}
+
+// The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters,
+// the decode GEMM2 with the combine. Candidates take the base tiles; the tuner times the variants of
+// the fastest candidate's (tactic_variants).
+GemmTile base_tile(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::m128_n128_persistent_x2: return GemmTile::m128_n128_persistent;
+    case GemmTile::m128_n192_persistent_x2: return GemmTile::m128_n192_persistent;
+    case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
+    case GemmTile::tokens8_n128_combine: return GemmTile::tokens8_n128_wgmma;
+    case GemmTile::tokens16_n128_combine: return GemmTile::tokens16_n128_wgmma;
+    default: return tile;
+  }
+}
+
+// The tile and its variants.
+std::vector<GemmTile> with_variants(GemmTile tile) {
+  std::vector<GemmTile> out{tile};
+  for (const GemmTile t : kAllGemmTiles)
+    if (t != tile && base_tile(t) == tile) out.push_back(t);
+  return out;
 }
 
 // The decode tile's twin that activates and requantizes GEMM1's rows itself (else the tile).
@@ -156,6 +182,8 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n128_persistent_x2: return "m128_n128_persistent_x2";
     case GemmTile::m128_n192_persistent_x2: return "m128_n192_persistent_x2";
     case GemmTile::m128_n256_persistent_act_x2: return "m128_n256_persistent_act_x2";
+    case GemmTile::tokens8_n128_combine: return "tokens8_n128_combine";
+    case GemmTile::tokens16_n128_combine: return "tokens16_n128_combine";
   }
   return "";
 }
@@ -210,9 +238,17 @@ Status can_implement(const Tactic& t, const TacticProblem& p) {
   }
   if (forced == ExpertsPath::min_latency) return Status::no("staged path: the layer's path is min-latency (--path min-latency)");
   const StagedGemms g = staged_gemms(p);
+  if (output_of(t.gemm1.tile) == GemmOutput::combined)
+    return Status::no("GEMM1 " + std::string(tile_id(t.gemm1.tile)) + ": combines GEMM2's rows, not GEMM1's");
   if (Status s = gemm_allowed("GEMM1", g.gemm1, t.gemm1.tile, g, g.sums1, p.config); !s) return s;
-  if (output_of(t.gemm2.tile) != GemmOutput::bf16)
+  if (output_of(t.gemm2.tile) == GemmOutput::activated_fp8)
     return Status::no("GEMM2 " + std::string(tile_id(t.gemm2.tile)) + ": activates GEMM1's output, not GEMM2's");
+  if (output_of(t.gemm2.tile) == GemmOutput::combined) {
+    // The combine's counts are zeroed by the one-block permutation plan; the EP pipeline combines itself.
+    if (p.expert_parallel) return Status::no("GEMM2 + combine: not inside the expert-parallel pipeline (it combines itself)");
+    if (!plan_takes_one_block(p.config, p.tokens))
+      return Status::no("GEMM2 + combine: needs the one-block permutation plan (T k <= its slots), T=" + std::to_string(p.tokens));
+  }
   return gemm_allowed("GEMM2", g.gemm2, t.gemm2.tile, g, g.sums2, p.config);
 }
 
@@ -248,12 +284,24 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p) {
   auto tiles = [&](const GroupedGemmDesc& desc, GemmSums sums) {
     std::vector<GemmTile> t = allowed_tiles(desc.kind, sums, invariant);
     std::erase_if(t, [&](GemmTile tile) {
-      return g.rows_per_group > max_rows_per_group(tile) || g.rows_per_group < min_rows_per_group(tile);
+      return base_tile(tile) != tile || g.rows_per_group > max_rows_per_group(tile) ||
+             g.rows_per_group < min_rows_per_group(tile);
     });
     return t;
   };
   for (GemmTile t1 : tiles(g.gemm1, g.sums1))
     for (GemmTile t2 : tiles(g.gemm2, g.sums2)) add(Tactic{TacticPath::staged, {t1}, {t2}});
+  return out;
+}
+
+std::vector<Tactic> tactic_variants(const Tactic& t, const TacticProblem& p) {
+  std::vector<Tactic> out;
+  if (t.path != TacticPath::staged) return out;
+  for (const GemmTile t1 : with_variants(t.gemm1.tile))
+    for (const GemmTile t2 : with_variants(t.gemm2.tile)) {
+      const Tactic v{TacticPath::staged, {t1}, {t2}};
+      if (!(v == t) && can_implement(v, p)) out.push_back(v);
+    }
   return out;
 }
 
