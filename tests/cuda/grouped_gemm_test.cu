@@ -216,6 +216,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m128_n128_persistent_k32 ? "_persistent128_k32_"
                      : info.param.tile == GemmTile::m128_n128_persistent_x2 ? "_persistent128_x2_"
                      : info.param.tile == GemmTile::m128_n192_persistent_x2 ? "_persistent192_x2_"
+                     : info.param.tile == GemmTile::tokens192_n128_persistent_x2 ? "_swapped_x2_"
                                                                    : "_m128_";
   const Padding pad = info.param.padding;
   return kind + tile + info.param.shape.name + (pad == Padding::aligned ? "_padded" : pad == Padding::masked ? "_masked" : "");
@@ -328,7 +329,8 @@ std::vector<Case> all_cases() {
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
                             GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
                             GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
-                            GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2})
+                            GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
+                            GemmTile::tokens192_n128_persistent_x2})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
           for (const Shape& s : shapes())
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
@@ -432,13 +434,15 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n192_persistent,
                                            GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
-                                           GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2),
+                                           GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
+                                           GemmTile::tokens192_n128_persistent_x2),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            return info.param == GemmTile::m128_n128_persistent       ? std::string("n128")
                                   : info.param == GemmTile::m128_n192_persistent     ? std::string("n192")
                                   : info.param == GemmTile::m128_n128_persistent_k32 ? std::string("n128_k32")
                                   : info.param == GemmTile::m128_n128_persistent_x2  ? std::string("n128_x2")
                                   : info.param == GemmTile::m128_n192_persistent_x2  ? std::string("n192_x2")
+                                  : info.param == GemmTile::tokens192_n128_persistent_x2 ? std::string("swapped_x2")
                                                                                      : std::string("swapped");
                          });
 
@@ -451,7 +455,7 @@ TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const Shape shapes[] = {
-      {"hot", {0, 900, 0, 0, 5, 0, 129, 0, 0, 64, 0, 0, 1, 0, 0, 0}, 576, 1040},  // 5 column tiles of 128, 3 of 192
+      {"hot", {0, 900, 0, 0, 5, 0, 129, 0, 0, 64, 0, 0, 1, 0, 0, 0}, 576, 1040},  // 5 column (or W) tiles of 128, 3 of 192
       {"one_column_tile", {300, 1, 0, 63}, 128, 256},
       {"activated", {0, 37, 130, 0, 5, 300, 1, 64}, 2 * 384, 640},  // 3 activated column tiles
   };
@@ -459,6 +463,7 @@ TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
     GemmTile one, two;
   } pairs[] = {{GemmTile::m128_n128_persistent, GemmTile::m128_n128_persistent_x2},
                {GemmTile::m128_n192_persistent, GemmTile::m128_n192_persistent_x2},
+               {GemmTile::tokens192_n128_persistent, GemmTile::tokens192_n128_persistent_x2},
                {GemmTile::m128_n256_persistent_act, GemmTile::m128_n256_persistent_act_x2}};
   for (const Shape& s : shapes)
     for (const std::int64_t align : {1, 16}) {

@@ -65,6 +65,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n192_persistent_x2: return "128x192 persistent wgmma, 2-block clusters (A multicast), f32 every 128 K";
     case GemmTile::m128_n256_persistent_act_x2:
       return "128x(128+128) persistent wgmma + activation, 2-block clusters (A multicast), f32 every 128 K";
+    case GemmTile::tokens192_n128_persistent_x2:
+      return "<=192 rows x 128 persistent wgmma (W as A), 2-block clusters (rows multicast), f32 every 128 K";
     case GemmTile::tokens8_n128_combine: return "8 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
     case GemmTile::tokens16_n128_combine: return "16 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
   }
@@ -198,7 +200,8 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m128_n128_persistent_x2:
     case GemmTile::m128_n192_persistent_x2:
     case GemmTile::m128_n256_persistent_act_x2: return rows / 128 * 128 + up(rows % 128, 64);
-    case GemmTile::tokens192_n128_persistent: return rows / 192 * 192 + up(rows % 192, 32);
+    case GemmTile::tokens192_n128_persistent:
+    case GemmTile::tokens192_n128_persistent_x2: return rows / 192 * 192 + up(rows % 192, 32);
     case GemmTile::m64_n128_pingpong:
     case GemmTile::m64_n128_wgmma:
     case GemmTile::m64_n128_f16: return up(rows, 64);

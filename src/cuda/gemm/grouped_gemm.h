@@ -58,6 +58,7 @@ enum class GemmTile : std::uint8_t {
   m128_n128_persistent_x2,      // the persistent tiles on clusters of two blocks at neighbouring column
   m128_n192_persistent_x2,      //   tiles of the same rows, each loading half of the A tile into both
   m128_n256_persistent_act_x2,  //   (TMA multicast)
+  tokens192_n128_persistent_x2,  // the swapped tiles on clusters of two blocks at neighbouring W tiles
   tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
   tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's
                           //   columns of every token's k rows
@@ -82,8 +83,8 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::m128_n128_persistent,  GemmTile::m128_n192_persistent,  GemmTile::m128_n256_persistent_act,
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
-    GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens8_n128_combine,
-    GemmTile::tokens16_n128_combine};
+    GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens192_n128_persistent_x2,
+    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

@@ -593,26 +593,24 @@ inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, 
   return map;
 }
 
-// The clusters of kCluster blocks of kernel (smem bytes each) that fit on the device at once.
-template <int kCluster>
-int active_clusters(const void* kernel, int smem) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};  // one kernel per instance of this function's caller
+// The clusters of `cluster` blocks of kernel (smem bytes each) that fit on the device at once,
+// asked once per device and kept in cache (one per kernel).
+inline int active_clusters(const void* kernel, int smem, int cluster, std::atomic<int> (&cache)[64]) {
   int device = 0;
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
-  std::atomic<int>& slot = cached[device >= 0 && device < kMaxDevices ? device : 0];
+  std::atomic<int>& slot = cache[device >= 0 && device < 64 ? device : 0];
   if (slot.load() == 0) {
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(kCluster * multiprocessor_count()));
+    config.gridDim = dim3(unsigned(cluster * multiprocessor_count()));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = std::size_t(smem);
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    attribute.val.clusterDim.x = unsigned(cluster), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
     config.attrs = &attribute, config.numAttrs = 1;
     int clusters = 0;
     MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-    require(clusters > 0, "FP8 block GEMM: no cluster of " + std::to_string(kCluster) + " blocks fits on the device");
+    require(clusters > 0, "FP8 block GEMM: no cluster of " + std::to_string(cluster) + " blocks fits on the device");
     slot.store(clusters);
   }
   return slot.load();
@@ -633,7 +631,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const std::int64_t units = row_tiles * ((out_cols + kCluster * S::kOutCols - 1) / (kCluster * S::kOutCols));
   const void* kernel = reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct, kSumK>);
   allow_dynamic_shared(kernel, S::kSmemBytes);
-  const int resident = kCluster == 1 ? multiprocessor_count() : active_clusters<kCluster>(kernel, S::kSmemBytes);
+  static std::atomic<int> clusters[64] = {};  // this kernel's, per device (layers may launch from several threads)
+  const int resident = kCluster == 1 ? multiprocessor_count() : active_clusters(kernel, S::kSmemBytes, kCluster, clusters);
   const unsigned blocks = unsigned(kCluster * std::min<std::int64_t>(units, resident));
   const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
   const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows / kCluster);

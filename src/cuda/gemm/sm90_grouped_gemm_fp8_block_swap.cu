@@ -1,4 +1,5 @@
-// Grouped GEMM instance: fp8_block with tokens192_n128_persistent (see sm90_grouped_gemm_instances.h).
+// Grouped GEMM instances: fp8_block with tokens192_n128_persistent and tokens192_n128_persistent_x2 (see
+// sm90_grouped_gemm_instances.h).
 // moekit's persistent block-scaled kernel (sm90_grouped_gemm_fp8_block.cuh) with the operands swapped,
 // for groups of a few hundred rows and fewer (ragged prefill): the tile's 128 W rows are WGMMA's
 // 64-row operand (two math warpgroups of 64) and up to 192 of a group's rows its N, fitted to the
@@ -14,6 +15,9 @@
 //      acc += part x a_scale (of the part's row, its column here) x w_scale, then the stage goes back
 //   5. out: D[row][channel] is acc transposed: stmatrix .trans into a per-warp staging buffer (32 rows
 //      x this warp's 16 channels), then 16-byte stores, two lanes to a row's 32-byte sector
+// On clusters of two blocks (_x2): a cluster walks units of two neighbouring W tiles of the same rows,
+// each block TMA-loading every other 32-row box of them into both (multicast); a unit's second W tile
+// past N computes nothing.
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
 
 namespace moekit::cuda::sm90::fp8_block_swap {
@@ -26,6 +30,11 @@ using fp8_block::kMaxGroups;
 using fp8_block::ScaleIndex;
 using fp8_block::ScaleMaps;
 using fp8_block::TileTable;
+using fp8_block::barrier_arrive_in;
+using fp8_block::cluster_blocks;
+using fp8_block::cluster_rank;
+using fp8_block::cluster_sync;
+using fp8_block::tma_load_multicast;
 
 constexpr int kWRows = 128;       // a tile's W rows (output channels): two math warpgroups of 64
 constexpr int kMaxTokens = 192;   // a tile's rows at most (WGMMA's N): acc and part, 192 registers
@@ -112,16 +121,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   Tile* slots = reinterpret_cast<Tile*>(smem + kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + kTableOffset);
 
-  // ---- barriers: full takes the producer's arrival with the stage's TMA bytes; empty one per math warp
+  // ---- barriers: full takes the producer's arrival with the stage's TMA bytes; empty one per math
+  // warp of every block of the cluster (the stage's rows come from both)
+  const int cluster = cluster_blocks(), rank = cluster_rank();
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(full + 8 * s, 1);
-      barrier_init(empty + 8 * s, kMath * 4);
+      barrier_init(empty + 8 * s, kMath * 4 * cluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // ---- scheduler (synchronizes the block)
-  const TileTable walk = fp8_block::build_table(p, kMaxTokens, p.n, kWRows, table);
+  // ---- scheduler (synchronizes the block): a cluster walks units of `cluster` W tiles; its blocks'
+  // barriers are ready before either arrives on or copies into the other's
+  const TileTable walk = fp8_block::build_table(p, kMaxTokens, p.n, kWRows * cluster, table);
+  if (cluster > 1) cluster_sync();
+  const int first = int(blockIdx.x) / cluster, step = int(gridDim.x) / cluster;
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
   const int warpgroup = warpgroup_index(), lane = int(threadIdx.x % 32);
   int stage = 0, count = 0;
@@ -134,13 +148,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == kMath) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x % 128 != 0) return;
-    for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
-      const Tile t = walk.find<kMaxTokens, kWRows>(p, index);
+    for (int index = first; index < walk.total; index += step, ++count) {
+      const Tile t = walk.find<kMaxTokens, kWRows>(p, index, cluster, rank);
       slots[count % kTileSlots] = t;
       // The tile's rows [m0, m0 + N) of the group (past its rows: another group's, or zeros) and
-      // their A scales; the W rows [n0, n0 + 128) and their scale block.
+      // their A scales; the W rows [n0, n0 + 128) and their scale block. A unit's second W tile past
+      // N: the rows alone (its boxes for the other block).
       const int tokens = tile_tokens(t);
-      const int bytes = kWBytes + tokens * kTileK + (kAScaleBox + kWScaleBox) * 4;
+      const bool ghost = t.n0 >= p.n;
+      const int bytes = tokens * kTileK + (ghost ? 0 : kWBytes + (kAScaleBox + kWScaleBox) * 4);
       const ScaleIndex at = fp8_block::scale_index(scale_maps, t, k_blocks, n_blocks, 0);
       const int w_row = t.group * p.n + t.n0;
       for (int kb = 0; kb < k_blocks; ++kb, advance()) {
@@ -148,13 +164,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         const std::uint32_t bar = full + 8 * stage;
         barrier_expect_bytes(bar, bytes);
         const std::uint32_t w = tiles + std::uint32_t(stage * kStageBytes);
+        for (int r = 0; r < tokens; r += kTokenStep) {  // clusters: every other box from each block, into both
+          const std::uint32_t to = w + std::uint32_t(kWBytes + r * kTileK);
+          if (cluster == 1) tma_load(to, &map_a, kb * kTileK, t.row0 + t.m0 + r, bar);
+          else if (r / kTokenStep % 2 == rank) tma_load_multicast(to, &map_a, kb * kTileK, t.row0 + t.m0 + r, bar, 0x3);
+        }
+        if (ghost) continue;
         tma_load(w, &map_w, kb * kTileK, w_row, bar);
-        for (int r = 0; r < tokens; r += kTokenStep)
-          tma_load(w + std::uint32_t(kWBytes + r * kTileK), &map_a, kb * kTileK, t.row0 + t.m0 + r, bar);
         fp8_block::tma_load_1d(smem_address(scale_a + stage * kAScaleSlot), &scale_maps.a, at.a_at(kb) & ~3, bar);
         fp8_block::tma_load_1d(smem_address(scale_w + stage * kWScaleSlot), &scale_maps.w, at.w_at(kb) & ~3, bar);
       }
     }
+    // The peer's math warps hand this block's stages back too: stay until the last ones have (its
+    // arrivals then land on live barriers).
+    if (cluster > 1)
+      for (int s = 0; s < kStages; ++s, advance()) barrier_wait(empty + 8 * stage, parity ^ 1);
     return;
   }
 
@@ -166,9 +190,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint64_t desc_w0 = smem_descriptor(tiles + std::uint32_t(c * 64 * kTileK));
   const std::uint64_t desc_t0 = smem_descriptor(tiles + std::uint32_t(kWBytes));
   constexpr std::uint64_t kStageDesc = kStageBytes / 16;
-  for (int index = int(blockIdx.x); index < walk.total; index += int(gridDim.x), ++count) {
+  // A warp's reads of the stage are done when its lanes pass this; then lane 0 hands it back (to
+  // both blocks of a cluster).
+  auto release = [&] {
+    __syncwarp();
+    if (lane == 0) {
+      barrier_arrive(empty + 8 * stage);
+      if (cluster > 1) barrier_arrive_in(empty + 8 * stage, rank ^ 1);
+    }
+  };
+  for (int index = first; index < walk.total; index += step, ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = warp_uniform(slots[count % kTileSlots]);
+    if (t.n0 >= p.n) {  // a unit's W tile past N: hand the stages back as they fill
+      for (int kb = 0; kb < k_blocks; ++kb, advance()) {
+        barrier_wait(full + 8 * stage, parity);
+        release();
+      }
+      continue;
+    }
     const ScaleIndex at = fp8_block::scale_index(scale_maps, t, k_blocks, n_blocks, 0);
     auto k_loop = [&](auto tokens) {
       constexpr int kN = decltype(tokens)::value, kRegs = kN / 2;
@@ -192,8 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc[4 * j + 2] += part[4 * j + 2] * s0;
           acc[4 * j + 3] += part[4 * j + 3] * s1;
         }
-        __syncwarp();  // every lane's scale reads are done: lane 0 hands the stage back
-        if (lane == 0) barrier_arrive(empty + 8 * stage);
+        release();  // every lane's scale reads are done
       }
       store_transposed<kN>(p, t, acc, c * 64 + warp * 16, staging);
     };
@@ -208,13 +247,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// kCluster 2: clusters of two blocks on neighbouring W tiles of the same rows (the rows multicast).
+template <int kCluster>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
   if (rows == 0) return;
-  // At most this many tiles have rows: a row tile per 192 rows plus a partial one per group.
+  // At most this many tiles (units of kCluster W tiles) have rows: a row tile per 192 rows plus a
+  // partial one per group.
   const std::int64_t row_tiles = (rows + kMaxTokens - 1) / kMaxTokens + std::min(desc.groups, rows);
-  const std::int64_t tiles = row_tiles * ((desc.n + kWRows - 1) / kWRows);
-  const unsigned blocks = unsigned(std::min<std::int64_t>(tiles, multiprocessor_count()));
+  const std::int64_t units = row_tiles * ((desc.n + kCluster * kWRows - 1) / (kCluster * kWRows));
+  const void* kernel = reinterpret_cast<const void*>(&fp8_block_swap);
+  allow_dynamic_shared(kernel, kSmemBytes);
+  static std::atomic<int> clusters[64] = {};  // per device (layers may launch from several threads)
+  const int resident = kCluster == 1 ? multiprocessor_count() : fp8_block::active_clusters(kernel, kSmemBytes, kCluster, clusters);
+  const unsigned blocks = unsigned(kCluster * std::min<std::int64_t>(units, resident));
   const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
   const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kTokenStep);
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kWRows);
@@ -223,8 +269,20 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   scales.w = fp8_block::scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
   const Params params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
                       int(desc.groups), int(desc.n), int(desc.k)};
-  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_block_swap), kSmemBytes);
-  fp8_block_swap<<<blocks, kThreads, kSmemBytes, stream>>>(map_a, map_w, scales, params);
+  if constexpr (kCluster == 1) {
+    fp8_block_swap<<<blocks, kThreads, kSmemBytes, stream>>>(map_a, map_w, scales, params);
+  } else {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = std::size_t(kSmemBytes);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = 1;
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, fp8_block_swap, map_a, map_w, scales, params));
+  }
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_swap");
 }
 
@@ -237,7 +295,15 @@ Status fp8_block_swap_can_implement(const GroupedGemmDesc& desc) {
   return fp8_block::can_implement(desc, GemmOutput::bf16);
 }
 void fp8_block_swap_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) {
-  fp8_block_swap::run(desc, args, stream);
+  fp8_block_swap::run<1>(desc, args, stream);
+}
+
+std::size_t fp8_block_swap_x2_workspace_size(const GroupedGemmDesc&) { return 0; }
+Status fp8_block_swap_x2_can_implement(const GroupedGemmDesc& desc) {
+  return fp8_block::can_implement(desc, GemmOutput::bf16);
+}
+void fp8_block_swap_x2_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) {
+  fp8_block_swap::run<2>(desc, args, stream);
 }
 
 }  // namespace moekit::cuda::sm90

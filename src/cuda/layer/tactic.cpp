@@ -48,7 +48,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
         tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
                                    GemmTile::m128_n256_persistent_act_x2});
-        if (!batch_invariant) tiles.push_back(GemmTile::tokens192_n128_persistent);  // N fitted to the rows
+        if (!batch_invariant)  // N fitted to the rows
+          tiles.insert(tiles.end(), {GemmTile::tokens192_n128_persistent, GemmTile::tokens192_n128_persistent_x2});
       }
       break;
     case GemmSums::k32:
@@ -84,7 +85,8 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n128_persistent_k32:
     case GemmTile::m128_n128_persistent_x2:
     case GemmTile::m128_n192_persistent_x2:
-    case GemmTile::m128_n256_persistent_act_x2: return 16;
+    case GemmTile::m128_n256_persistent_act_x2:
+    case GemmTile::tokens192_n128_persistent_x2: return 16;
     default: return 0;
   }
 }
@@ -97,6 +99,7 @@ GemmTile base_tile(GemmTile tile) {
     case GemmTile::m128_n128_persistent_x2: return GemmTile::m128_n128_persistent;
     case GemmTile::m128_n192_persistent_x2: return GemmTile::m128_n192_persistent;
     case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
+    case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
     case GemmTile::tokens8_n128_combine: return GemmTile::tokens8_n128_wgmma;
     case GemmTile::tokens16_n128_combine: return GemmTile::tokens16_n128_wgmma;
     default: return tile;
@@ -182,6 +185,7 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n128_persistent_x2: return "m128_n128_persistent_x2";
     case GemmTile::m128_n192_persistent_x2: return "m128_n192_persistent_x2";
     case GemmTile::m128_n256_persistent_act_x2: return "m128_n256_persistent_act_x2";
+    case GemmTile::tokens192_n128_persistent_x2: return "tokens192_n128_persistent_x2";
     case GemmTile::tokens8_n128_combine: return "tokens8_n128_combine";
     case GemmTile::tokens16_n128_combine: return "tokens16_n128_combine";
   }
