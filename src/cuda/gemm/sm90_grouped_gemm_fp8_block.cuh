@@ -593,6 +593,24 @@ inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, 
   return map;
 }
 
+// A launch of `blocks` blocks of kThreads in clusters of `cluster` blocks (1: none), smem bytes of
+// dynamic shared memory each.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  ClusterLaunch(unsigned blocks, int smem, int cluster, cudaStream_t stream) {
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = std::size_t(smem);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = unsigned(cluster), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = cluster > 1 ? 1 : 0;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The clusters of `cluster` blocks of kernel (smem bytes each) that fit on the device at once,
 // asked once per device and kept in cache (one per kernel).
 inline int active_clusters(const void* kernel, int smem, int cluster, std::atomic<int> (&cache)[64]) {
@@ -600,20 +618,19 @@ inline int active_clusters(const void* kernel, int smem, int cluster, std::atomi
   MOEKIT_CUDA_CHECK(cudaGetDevice(&device));
   std::atomic<int>& slot = cache[device >= 0 && device < 64 ? device : 0];
   if (slot.load() == 0) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(cluster * multiprocessor_count()));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = std::size_t(smem);
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = unsigned(cluster), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute, config.numAttrs = 1;
+    const ClusterLaunch l(unsigned(cluster * multiprocessor_count()), smem, cluster, nullptr);
     int clusters = 0;
-    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.config));
     require(clusters > 0, "FP8 block GEMM: no cluster of " + std::to_string(cluster) + " blocks fits on the device");
     slot.store(clusters);
   }
   return slot.load();
+}
+
+template <typename... Params, typename... Args>
+void launch_in_clusters(void (*kernel)(Params...), unsigned blocks, int smem, int cluster, cudaStream_t stream, Args&&... args) {
+  const ClusterLaunch l(blocks, smem, cluster, stream);
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&l.config, kernel, std::forward<Args>(args)...));
 }
 
 // kCluster 2: clusters of two blocks on neighbouring column tiles of the same rows, each TMA-loading
@@ -644,20 +661,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
-  if constexpr (kCluster == 1) {
-    fp8_block_gemm<kN, kAct, kSumK><<<blocks, kThreads, S::kSmemBytes, stream>>>(map_a, map_w, scales, params, act);
-  } else {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = std::size_t(S::kSmemBytes);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute, config.numAttrs = 1;
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, fp8_block_gemm<kN, kAct, kSumK>, map_a, map_w, scales, params, act));
-  }
+  launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, params, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 

@@ -269,20 +269,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   scales.w = fp8_block::scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
   const Params params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
                       int(desc.groups), int(desc.n), int(desc.k)};
-  if constexpr (kCluster == 1) {
-    fp8_block_swap<<<blocks, kThreads, kSmemBytes, stream>>>(map_a, map_w, scales, params);
-  } else {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = std::size_t(kSmemBytes);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute, config.numAttrs = 1;
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, fp8_block_swap, map_a, map_w, scales, params));
-  }
+  fp8_block::launch_in_clusters(fp8_block_swap, blocks, kSmemBytes, kCluster, stream, map_a, map_w, scales, params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_swap");
 }
 

@@ -74,6 +74,10 @@ struct CombineOut {
   int tokens, top_k;
 };
 
+// The instances that may combine (tokens{8,16}_n128_combine): the others are built without it.
+template <int kN, bool kAct>
+constexpr bool kCombines = !kAct && kN <= 16;
+
 template <int kN, bool kAct>
 struct Shape {
   static_assert(kN == 8 || kN == 16 || kN == 32, "row tiles of 8, 16 or 32");
@@ -289,22 +293,36 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
   if (!last) return;
   __threadfence();  // the other blocks' stores, counted before ours
-  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token.
-  constexpr int kVectors = kTileN / 8;
+  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token. The slots come
+  // kBatch at a time, their rows' loads all in flight, then are added in slot order.
+  constexpr int kVectors = kTileN / 8, kBatch = 8;
   const int vectors = min(kTileN, p.n - t.n0) / 8;
   for (int item = int(threadIdx.x) - 128; item < cb.tokens * kVectors; item += kConsumers * 128) {
     const int token = item / kVectors, v = item % kVectors;
     if (v >= vectors) continue;
     float acc[8] = {};
-    for (int j = 0; j < cb.top_k; ++j) {
-      const std::size_t slot = std::size_t(token) * cb.top_k + j;
-      const int row = __ldg(cb.slot_rows + slot);
-      if (row < 0) continue;
-      float x[8];
-      unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(p.d + std::size_t(row) * p.n + t.n0 + 8 * v)), x);
-      const float w = cb.weights ? __ldg(cb.weights + slot) : 1.0f;
+    for (int j0 = 0; j0 < cb.top_k; j0 += kBatch) {
+      int row[kBatch];
+      float w[kBatch];
+      uint4 raw[kBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w, x[i]) : x[i]);
+      for (int b = 0; b < kBatch; ++b) {
+        const std::size_t slot = std::size_t(token) * cb.top_k + j0 + b;
+        row[b] = j0 + b < cb.top_k ? __ldg(cb.slot_rows + slot) : -1;
+        w[b] = cb.weights && j0 + b < cb.top_k ? __ldg(cb.weights + slot) : 1.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        raw[b] = row[b] >= 0 ? __ldcg(reinterpret_cast<const uint4*>(p.d + std::size_t(row[b]) * p.n + t.n0 + 8 * v))
+                             : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (row[b] < 0) continue;
+        float x[8];
+        unpack_bf16x8(raw[b], x);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w[b], x[i]) : x[i]);
+      }
     }
     std::uint16_t* to = cb.out + std::size_t(token) * p.n + t.n0 + 8 * v;
     if (reinterpret_cast<std::uintptr_t>(cb.out) % 16 == 0) {
@@ -333,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first);
   __syncthreads();
   const int tiles = tile_first[p.groups];
-  if (cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
+  if (kCombines<kN, kAct> && cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
     const std::int64_t values = std::int64_t(cb.tokens) * p.n;
     for (std::int64_t i = blockIdx.x * std::int64_t(kThreads) + threadIdx.x; i < values; i += std::int64_t(gridDim.x) * kThreads)
       cb.out[i] = 0;
@@ -414,7 +432,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         if (row < t.rows && channel < p.n)
           p.d[(std::size_t(t.row0) + row) * p.n + channel] = __float2bfloat16_rn(acc[0][i]);
       }
-      if (cb.out) combine_after_tile(p, cb, t, tiles / ((p.n + kTileN - 1) / kTileN), combine_last);
+      if constexpr (kCombines<kN, kAct>) {
+        if (cb.out) combine_after_tile(p, cb, t, tiles / ((p.n + kTileN - 1) / kTileN), combine_last);
+      }
     }
   }
 }
@@ -442,6 +462,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
   const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
   CombineOut cb{};
   if (desc.output == GemmOutput::combined) {
+    require(kCombines<kN, kAct>, "decode WGMMA GEMM: the combine takes the 8- and 16-row tiles");
     const CombinedOut& c = args.combined;
     require(c.slot_rows && c.out && workspace && c.top_k > 0 && c.tokens > 0 && c.tokens < (std::int64_t(1) << 31),
             "decode WGMMA GEMM + combine: slot_rows, out, workspace and tokens, top_k > 0 are required");
