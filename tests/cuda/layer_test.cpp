@@ -191,6 +191,45 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
   }
 }
 
+// Routing in the plan's launch (the staged path at T <= 32: no router launch): every method, f32 and
+// bf16 logits, fp8-block and bf16 experts, the routing kernel's 4, 8 and 16 scores per lane (E = 64,
+// 256, 512) and its scalar logits loads (E = 62: no whole vectors per lane), one token, a few, and a
+// warp per token of the plan's block (32); the ids the CPU router picks and the bits of external
+// routing with those ids (the external path meets the check in CudaLayer.*).
+TEST(CudaLayerFused, RoutingInThePlansLaunchEveryMethodLogitsDtypeAndWidth) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::uint64_t draw = seed;
+  for (const std::int64_t experts : {64, 256, 512, 62})
+    for (const RoutingMethod m : {RoutingMethod::softmax_topk, RoutingMethod::topk_softmax, RoutingMethod::softmax_topk_renorm,
+                                  RoutingMethod::sigmoid_topk, RoutingMethod::sigmoid_topk_renorm,
+                                  RoutingMethod::sigmoid_bias_grouped, RoutingMethod::sigmoid_bias_renorm})
+      for (const DType logits_dtype : {DType::f32, DType::bf16}) {
+        LayerCase c;
+        c.scheme = experts == 256 ? QuantScheme::bf16 : QuantScheme::fp8_block;
+        c.path = ExpertsPath::staged;
+        c.experts = experts, c.hidden = 256, c.inter = 128, c.top_k = experts == 62 ? 6 : 8;
+        c.tokens = std::int64_t(1 + ++draw % 3 * 31 / 2);  // 1, 16 or 32 by turns
+        c.method = m;
+        c.logits_dtype = logits_dtype;
+        if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = experts == 62 ? 2 : 8, c.topk_group = experts == 62 ? 1 : 2;
+        SCOPED_TRACE(case_name(c));
+        const TestLayer lw = make_test_layer(c, draw);
+        const Inputs in = make_inputs(c, lw, draw);
+        Layer layer(config_of(c), lw.weights(), on_cuda());
+        const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
+        DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
+        DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
+        layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
+        synchronize(Device::cuda);
+        const Tensor got_ids = to_host(ids);
+        EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
+        const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
+        EXPECT_EQ(bit_differences(to_host(out), external), 0) << "routing in the plan's launch must give external routing's bits";
+      }
+}
+
 // The min-latency path with fused routing: every method, f32 and bf16 logits, at decode sizes;
 // the ids the CPU router picks, fused equal to external routing bit for bit, the check met.
 TEST(CudaLayerMinLatency, FusedRoutingEveryMethodAndLogitsDtype) {

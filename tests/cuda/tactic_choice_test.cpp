@@ -161,19 +161,53 @@ TEST(TacticSteps, DecodeSizesPrepareInThePlanAndReadRowsByIndex) {
 
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::staged_steps(c, 1, decode),
-            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
-            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
+            "index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
   const cuda::Tactic bf16_out{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_wgmma}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::staged_steps(c, 8, bf16_out),
-            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read by index), "
-            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read "
+            "by index), activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
   const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::m64_n128_pingpong}};
   EXPECT_EQ(cuda::staged_steps(c, 256, prefill),
-            "permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, activation + "
-            "requantization, GEMM2 m64_n128_pingpong, finalize");
+            "routing, permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, "
+            "activation + requantization, GEMM2 m64_n128_pingpong, finalize");
   EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
-            "quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
+            "routing, quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
             "m64_n128_pingpong, finalize");
+}
+
+// Routing in the plan's launch (no router launch): at T <= 32 where the plan prepares the input or
+// on the min-latency path, for the layer's own routing with its weights on the output and E on the
+// routing kernel's register path, outside expert parallelism; explain names it.
+TEST(TacticSteps, DecodeSizesRouteInThePlansLaunch) {
+  const MoEConfig c = io::find_preset("deepseek-v3").config;
+  const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  cuda::Tactic min_latency;
+  min_latency.path = cuda::TacticPath::min_latency;
+  EXPECT_TRUE(cuda::plan_routes(c, 1, decode, false));
+  EXPECT_TRUE(cuda::plan_routes(c, 32, decode, false));  // a warp per token of the plan's block
+  EXPECT_FALSE(cuda::plan_routes(c, 33, decode, false));
+  EXPECT_FALSE(cuda::plan_routes(c, 0, decode, false));
+  EXPECT_FALSE(cuda::plan_routes(c, 1, decode, true));  // expert parallelism: the EP pipeline routes
+  EXPECT_TRUE(cuda::plan_routes(c, 16, min_latency, false));
+  MoEConfig external = c;
+  external.routing.method = RoutingMethod::external;
+  EXPECT_FALSE(cuda::plan_routes(external, 1, decode, false));
+  MoEConfig on_input = c;  // the other blocks would need the weights routing writes
+  on_input.routing = RoutingConfig{};
+  on_input.routing.top_k = 8;
+  EXPECT_TRUE(cuda::plan_routes(on_input, 1, decode, false));
+  on_input.routing.weight_placement = WeightPlacement::input;
+  EXPECT_FALSE(cuda::plan_routes(on_input, 1, decode, false));
+  MoEConfig many = c;  // 768 experts: scores past the routing kernel's registers
+  many.num_experts = 768;
+  EXPECT_FALSE(cuda::plan_routes(many, 1, decode, false));
+  MoEConfig rowwise = c;  // the plan does not prepare rowwise input: Prepare runs between
+  rowwise.quant.scheme = QuantScheme::fp8_rowwise;
+  EXPECT_FALSE(cuda::plan_routes(rowwise, 1, decode, false));
+  EXPECT_EQ(cuda::staged_steps(external, 1, decode),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
 }
 
 // GEMM2 + the weighted combine (tokens{8,16}_n128_combine): a GEMM2 tile only, where the one-block
@@ -216,8 +250,8 @@ TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined}));
   EXPECT_EQ(cuda::staged_steps(c, 1, combined),
-            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
-            "activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
+            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
+            "index) + activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),
