@@ -11,6 +11,7 @@
 // The masked format (MaskedArgs) is checked the same way, row by row against its expert.
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdio>
 #include <set>
 
@@ -191,26 +192,31 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
   }
 }
 
-// Routing in the plan's launch (the staged path at T <= 32: no router launch): every method, f32 and
-// bf16 logits, fp8-block and bf16 experts, the routing kernel's 4, 8 and 16 scores per lane (E = 64,
-// 256, 512) and its scalar logits loads (E = 62: no whole vectors per lane), one token, a few, and a
-// warp per token of the plan's block (32); the ids the CPU router picks and the bits of external
-// routing with those ids (the external path meets the check in CudaLayer.*).
-TEST(CudaLayerFused, RoutingInThePlansLaunchEveryMethodLogitsDtypeAndWidth) {
+// Routing at decode sizes on the staged path: in the plan's launch up to T = 32 (no router launch),
+// by the router stage from 33; every method, f32 and bf16 logits, fp8-block and bf16 experts by turns,
+// the routing kernel's 4, 8 and 16 scores per lane (E = 64, 256, 512) and its scalar logits loads (E = 62:
+// no whole vectors per lane) by turns, k = 1 (top1_sigmoid), 6 or 8, T = 1, 2, 3, 8, 16, 32, 33, 64,
+// 65, 512: the ids the CPU router picks, and the bits of external routing with those ids (the external
+// path meets the check in CudaLayer.*). Sanitizer runs: T <= 33, E <= 64.
+TEST(CudaLayerFused, DecodeSizesEveryMethodLogitsDtypeAndScheme) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::uint64_t draw = seed;
-  for (const std::int64_t experts : {64, 256, 512, 62})
+  for (const std::int64_t tokens : {1, 2, 3, 8, 16, 32, 33, 64, 65, 512}) {
+    if (small_cases() && tokens > 33) continue;
     for (const RoutingMethod m : {RoutingMethod::softmax_topk, RoutingMethod::topk_softmax, RoutingMethod::softmax_topk_renorm,
                                   RoutingMethod::sigmoid_topk, RoutingMethod::sigmoid_topk_renorm,
-                                  RoutingMethod::sigmoid_bias_grouped, RoutingMethod::sigmoid_bias_renorm})
+                                  RoutingMethod::sigmoid_bias_grouped, RoutingMethod::sigmoid_bias_renorm,
+                                  RoutingMethod::top1_sigmoid})
       for (const DType logits_dtype : {DType::f32, DType::bf16}) {
+        ++draw;
+        const std::int64_t experts = small_cases() ? 64 : std::array<std::int64_t, 4>{64, 256, 512, 62}[draw % 4];
         LayerCase c;
-        c.scheme = experts == 256 ? QuantScheme::bf16 : QuantScheme::fp8_block;
+        c.scheme = draw / 4 % 2 == 0 ? QuantScheme::fp8_block : QuantScheme::bf16;
         c.path = ExpertsPath::staged;
-        c.experts = experts, c.hidden = 256, c.inter = 128, c.top_k = experts == 62 ? 6 : 8;
-        c.tokens = std::int64_t(1 + ++draw % 3 * 31 / 2);  // 1, 16 or 32 by turns
+        c.experts = experts, c.hidden = 128, c.inter = 128, c.tokens = tokens;
+        c.top_k = m == RoutingMethod::top1_sigmoid ? 1 : experts == 62 ? 6 : 8;
         c.method = m;
         c.logits_dtype = logits_dtype;
         if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = experts == 62 ? 2 : 8, c.topk_group = experts == 62 ? 1 : 2;
@@ -226,8 +232,9 @@ TEST(CudaLayerFused, RoutingInThePlansLaunchEveryMethodLogitsDtypeAndWidth) {
         const Tensor got_ids = to_host(ids);
         EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
         const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
-        EXPECT_EQ(bit_differences(to_host(out), external), 0) << "routing in the plan's launch must give external routing's bits";
+        EXPECT_EQ(bit_differences(to_host(out), external), 0) << "fused routing must give external routing's bits";
       }
+  }
 }
 
 // The min-latency path with fused routing: every method, f32 and bf16 logits, at decode sizes;
