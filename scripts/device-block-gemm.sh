@@ -7,6 +7,7 @@
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
+#   MOEKIT_WATCHDOG=1   kernels trap, naming the barrier, when a barrier wait spins for seconds
 #   carry: .cutlass .gtest (no registry there), .peers for the peers step
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +23,8 @@ targets="grouped_gemm_bench test_cuda"
 [[ " $steps " == *" layer "* ]] && targets="$targets moekit_cli"
 start=$(date +%s)
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
-      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" >"$out/build.log" 2>&1 ||
+      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" \
+      -DMOEKIT_BARRIER_WATCHDOG="$([ "${MOEKIT_WATCHDOG:-0}" = 1 ] && echo ON || echo OFF)" >"$out/build.log" 2>&1 ||
    ! cmake --build "$build" -j 16 --target $targets >>"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -n 30
   echo "BUILD FAILED"

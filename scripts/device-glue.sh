@@ -15,6 +15,7 @@
 #   MOEKIT_NCU_RUNS="deepseek-v3:1 qwen3-30b-a3b:8"   preset:T pairs the ncu and stalls steps profile
 #   MOEKIT_GLUE_PATH=staged                   --path of the profiled runs
 #   MOEKIT_PEER_PRESETS=qwen3-30b-a3b,deepseek-v3   MOEKIT_PEER_TOKENS=1,8,64,512
+#   MOEKIT_WATCHDOG=1   kernels trap, naming the barrier, when a barrier wait spins for seconds
 #   carry: .cutlass .gtest (no registry there), .peers/vllm for the peers step
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,7 +32,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
 start=$SECONDS
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
-      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" >"$out/build.log" 2>&1 ||
+      -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" \
+      -DMOEKIT_BARRIER_WATCHDOG="$([ "${MOEKIT_WATCHDOG:-0}" = 1 ] && echo ON || echo OFF)" >"$out/build.log" 2>&1 ||
    ! cmake --build "$build" -j 16 --target test_cuda moekit_cli grouped_gemm_bench >>"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -n 30
   echo "BUILD FAILED"

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -98,14 +99,27 @@ __device__ __forceinline__ void barrier_init(std::uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
+// With MOEKIT_BARRIER_WATCHDOG (a CMake option for device debugging) a wait that has failed 2^26
+// times (seconds) prints the block, thread, barrier and phase, then traps: a hang becomes an error
+// that says who waits where.
 __device__ __forceinline__ void barrier_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 0;
+#ifdef MOEKIT_BARRIER_WATCHDOG
+  std::uint32_t tries = 0;
+#endif
   do {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
+#ifdef MOEKIT_BARRIER_WATCHDOG
+    if (!done && ++tries == (1u << 26)) {
+      printf("moekit barrier watchdog: block %d thread %d waits on shared 0x%x for parity %u\n", int(blockIdx.x),
+             int(threadIdx.x), bar, parity);
+      __trap();
+    }
+#endif
   } while (!done);
 }
 
