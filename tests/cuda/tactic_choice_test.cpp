@@ -119,7 +119,7 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 // 1176: deepseek-v3's six buckets from T=512, 260 of them, took 34.3 s on 2026-12-04; the decode
 // kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds),
 // and at most a candidate's variants per bucket (the cluster and combine tiles: the second round,
-// 1626 in all).
+// 1652 in all).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
@@ -252,6 +252,30 @@ TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
   EXPECT_EQ(cuda::staged_steps(c, 1, combined),
             "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
             "index) + activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
+}
+
+// GEMM2 + the weighted combine on the persistent tiles (m128_n{128,192}_persistent_combine): they set
+// their own counts, so at every T (the multi-kernel plan too), outside the EP pipeline; variants of the
+// persistent GEMM2 tiles, GEMM2 only; explain says that no finalize runs.
+TEST(TacticCombine, PersistentTilesAtEveryTOutsideExpertParallelism) {
+  const MoEConfig c = preset("deepseek-v3", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_cooperative}, {cuda::GemmTile::m128_n192_persistent}};
+  const cuda::Tactic combined{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_cooperative},
+                              {cuda::GemmTile::m128_n192_persistent_combine}};
+  const cuda::TacticProblem at4096{c, 4096, 0, false};
+  EXPECT_FALSE(cuda::plan_takes_one_block(c, 4096));
+  EXPECT_TRUE(cuda::can_implement(combined, at4096));
+  const std::vector<cuda::Tactic> variants = cuda::tactic_variants(prefill, at4096);
+  EXPECT_NE(std::find(variants.begin(), variants.end(), combined), variants.end());
+  EXPECT_FALSE(cuda::can_implement(combined, {c, 4096, 0, true}));
+  const cuda::Tactic first{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_persistent_combine}, {cuda::GemmTile::m128_n192_persistent}};
+  EXPECT_FALSE(cuda::can_implement(first, at4096));
+  EXPECT_EQ(cuda::parse_tactic(combined.name()), combined);
+  for (const cuda::Tactic& t : cuda::candidate_tactics(at4096))
+    EXPECT_NE(cuda::output_of(t.gemm2.tile), cuda::GemmOutput::combined) << t.name() << ": a variant, not a candidate";
+  EXPECT_EQ(cuda::staged_steps(c, 4096, combined),
+            "routing, quantize, permutation plan, gather, GEMM1 m128_n128_cooperative, activation + requantization, GEMM2 "
+            "m128_n192_persistent_combine + the weighted combine (no finalize)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),

@@ -35,6 +35,7 @@
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/vec.cuh"
+#include "cuda/gemm/combine_rows.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -65,14 +66,9 @@ struct ActOut {
   bool ue8m0;
 };
 
-// GEMM2's weighted combine (GemmOutput::combined, GroupedGemmArgs::combined): out null, none.
-struct CombineOut {
-  const std::int32_t* slot_rows;  // [tokens, top_k]
-  const float* weights;           // [tokens, top_k] or null (every weight 1)
-  std::uint16_t* out;             // [tokens, N] bf16
-  std::int32_t* done;             // [ceil(N / 128)] tiles stored per column block: 0 at launch, left 0
-  int tokens, top_k;
-};
+// GEMM2's weighted combine (GemmOutput::combined, GroupedGemmArgs::combined; out null: none): done
+// holds [ceil(N / 128)] tiles stored per column block, 0 at launch and left 0.
+using combine::CombineOut;
 
 // The instances that may combine (tokens{8,16}_n128_combine): the others are built without it.
 template <int kN, bool kAct>
@@ -293,44 +289,12 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
   if (!last) return;
   __threadfence();  // the other blocks' stores, counted before ours
-  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token. The slots come
-  // kBatch at a time, their rows' loads all in flight, then are added in slot order.
-  constexpr int kVectors = kTileN / 8, kBatch = 8;
+  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token.
+  constexpr int kVectors = kTileN / 8;
   const int vectors = min(kTileN, p.n - t.n0) / 8;
   for (int item = int(threadIdx.x) - 128; item < cb.tokens * kVectors; item += kConsumers * 128) {
     const int token = item / kVectors, v = item % kVectors;
-    if (v >= vectors) continue;
-    float acc[8] = {};
-    for (int j0 = 0; j0 < cb.top_k; j0 += kBatch) {
-      int row[kBatch];
-      float w[kBatch];
-      uint4 raw[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const std::size_t slot = std::size_t(token) * cb.top_k + j0 + b;
-        row[b] = j0 + b < cb.top_k ? __ldg(cb.slot_rows + slot) : -1;
-        w[b] = cb.weights && j0 + b < cb.top_k ? __ldg(cb.weights + slot) : 1.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-        raw[b] = row[b] >= 0 ? __ldcg(reinterpret_cast<const uint4*>(p.d + std::size_t(row[b]) * p.n + t.n0 + 8 * v))
-                             : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (row[b] < 0) continue;
-        float x[8];
-        unpack_bf16x8(raw[b], x);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w[b], x[i]) : x[i]);
-      }
-    }
-    std::uint16_t* to = cb.out + std::size_t(token) * p.n + t.n0 + 8 * v;
-    if (reinterpret_cast<std::uintptr_t>(cb.out) % 16 == 0) {
-      *reinterpret_cast<uint4*>(to) = pack_bf16x8(acc);
-    } else {  // the caller's output need only be 2-byte aligned
-#pragma unroll
-      for (int i = 0; i < 8; ++i) to[i] = f32_to_bf16(acc[i]);
-    }
+    if (v < vectors) combine::sum_token_columns(cb, reinterpret_cast<const std::uint16_t*>(p.d), p.n, token, t.n0 + 8 * v);
   }
   if (threadIdx.x == 128) cb.done[column] = 0;  // every tile of the column block counted: ready for the next launch
 }
@@ -449,8 +413,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
   if (kAct) tiles.n = desc.n / 2;
   TileLaunch l = tile_launch(tiles, args, kN);
   if (l.blocks == 0) {  // no rows: the combine's sums are 0
-    if (desc.output == GemmOutput::combined && args.combined.tokens > 0)
-      MOEKIT_CUDA_CHECK(cudaMemsetAsync(args.combined.out, 0, sizeof(bf16) * std::size_t(args.combined.tokens * desc.n), stream));
+    if (desc.output == GemmOutput::combined) combine::zero_output(args.combined, desc.n, stream);
     return;
   }
   l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
@@ -466,7 +429,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
     const CombinedOut& c = args.combined;
     require(c.slot_rows && c.out && workspace && c.top_k > 0 && c.tokens > 0 && c.tokens < (std::int64_t(1) << 31),
             "decode WGMMA GEMM + combine: slot_rows, out, workspace and tokens, top_k > 0 are required");
-    cb = {c.slot_rows, c.weights, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
+    cb = {c.slot_rows, c.weights, c.row_token, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
           int(c.tokens), c.top_k};
   }
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);

@@ -181,8 +181,8 @@ class Experts final : public core::ExpertsStage {
     plan_args.row_expert = b.row_expert;
     const auto [g1, g2] = gemms(p, t);
     const bool combined = g2.first.output == GemmOutput::combined;
-    if (combined) {  // GEMM2's counts per 128 columns, zero at its launch
-      require(args.out.defined(), "GEMM2 + combine: the layer's output is required");
+    if (combined) require(args.out.defined(), "GEMM2 + combine: the layer's output is required");
+    if (combined && combine_needs_zeroed_workspace(t.gemm2.tile)) {  // the decode combine's counts, zero at its launch
       plan_args.zeroed = reinterpret_cast<std::int32_t*>(b.gemm2_ws.data);
       plan_args.zeroed_count = std::int64_t(b.gemm2_ws.size / sizeof(std::int32_t));
     }
@@ -248,7 +248,7 @@ class Experts final : public core::ExpertsStage {
     if (combined) {  // finalize's work: the weights unless they went on the input
       const bool on_input = config_.routing.effective_placement() == WeightPlacement::input;
       a2.combined = {args.slot_rows.ptr<std::int32_t>(), on_input ? nullptr : args.topk_weights.ptr<float>(),
-                     args.out.ptr<bf16>(), p.tokens, int(config_.top_k())};
+                     args.out.ptr<bf16>(), p.tokens, int(config_.top_k()), b.row_token};
     }
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
