@@ -194,10 +194,11 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
 
 // Routing at decode sizes on the staged path: in the plan's launch up to T = 32 (no router launch),
 // by the router stage from 33; every method, f32 and bf16 logits, fp8-block and bf16 experts by turns,
-// the routing kernel's 4, 8 and 16 scores per lane (E = 64, 256, 512) and its scalar logits loads (E = 62:
-// no whole vectors per lane) by turns, k = 1 (top1_sigmoid), 6 or 8, T = 1, 2, 3, 8, 16, 32, 33, 64,
-// 65, 512: the ids the CPU router picks, and the bits of external routing with those ids (the external
-// path meets the check in CudaLayer.*). Sanitizer runs: T = 1, 32, 33, f32 logits, E = 64.
+// the routing kernel's 4, 8 and 16 scores per lane (E = 8, 64, 256, 512) and its scalar logits loads
+// (E = 62: no whole vectors per lane) by turns, k = 1 (top1_sigmoid), 2, 4, 6 or 8 by turns, T = 1, 2,
+// 3, 8, 16, 32, 33, 64, 65, 512: the ids the CPU router picks, and the bits of external routing with
+// those ids (the external path meets the check in CudaLayer.*). Sanitizer runs: T = 1, 32, 33, f32
+// logits, E = 64.
 TEST(CudaLayerFused, DecodeSizesEveryMethodLogitsDtypeAndScheme) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = fresh_seed();
@@ -212,15 +213,16 @@ TEST(CudaLayerFused, DecodeSizesEveryMethodLogitsDtypeAndScheme) {
       for (const DType logits_dtype : {DType::f32, DType::bf16}) {
         if (small_cases() && logits_dtype == DType::bf16) continue;
         ++draw;
-        const std::int64_t experts = small_cases() ? 64 : std::array<std::int64_t, 4>{64, 256, 512, 62}[draw % 4];
+        const std::int64_t experts = small_cases() ? 64 : std::array<std::int64_t, 5>{8, 64, 256, 512, 62}[draw % 5];
         LayerCase c;
         c.scheme = draw / 4 % 2 == 0 ? QuantScheme::fp8_block : QuantScheme::bf16;
         c.path = ExpertsPath::staged;
         c.experts = experts, c.hidden = 128, c.inter = 128, c.tokens = tokens;
-        c.top_k = m == RoutingMethod::top1_sigmoid ? 1 : experts == 62 ? 6 : 8;
+        c.top_k = m == RoutingMethod::top1_sigmoid ? 1 : experts == 62 ? 6 : std::array<int, 3>{2, 4, 8}[draw / 5 % 3];
         c.method = m;
         c.logits_dtype = logits_dtype;
-        if (m == RoutingMethod::sigmoid_bias_grouped) c.n_group = experts == 62 ? 2 : 8, c.topk_group = experts == 62 ? 1 : 2;
+        if (m == RoutingMethod::sigmoid_bias_grouped)  // the kept groups hold at least k experts
+          c.n_group = experts == 62 ? 2 : experts == 8 ? 4 : 8, c.topk_group = experts == 62 ? 1 : experts == 8 ? 4 : 2;
         SCOPED_TRACE(case_name(c));
         const TestLayer lw = make_test_layer(c, draw);
         const Inputs in = make_inputs(c, lw, draw);
