@@ -148,15 +148,9 @@ std::vector<LayerCase> cases() {
 INSTANTIATE_TEST_SUITE_P(, CudaLayer, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& info) { return case_name(info.param); });
 
-// Fused routing on the GPU for one case: the ids the CPU router picks, the same output bits as
-// external routing with those ids, and the check met.
-void expect_fused_routing_matches(const LayerCase& c) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
-  const TestLayer lw = make_test_layer(c, seed);
-  const MoEConfig config = config_of(c);
-  const Inputs in = make_inputs(c, lw, seed);
-  Layer layer(config, lw.weights(), on_cuda());
+// The layer on `in` with fused routing on the GPU: the ids the CPU router picks and the same output
+// bits as external routing with those ids. Returns the output.
+Tensor fused_as_external(Layer& layer, const LayerCase& c, const Inputs& in) {
   const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
   DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
   DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
@@ -164,9 +158,21 @@ void expect_fused_routing_matches(const LayerCase& c) {
   synchronize(Device::cuda);
   const Tensor got_ids = to_host(ids);
   EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
-  const Tensor fused = to_host(out);
+  Tensor fused = to_host(out);
   const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
   EXPECT_EQ(bit_differences(fused, external), 0) << "fused and external routing must agree";
+  return fused;
+}
+
+// Fused routing on the GPU for one case: fused_as_external, and the check met.
+void expect_fused_routing_matches(const LayerCase& c) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
+  const TestLayer lw = make_test_layer(c, seed);
+  const MoEConfig config = config_of(c);
+  const Inputs in = make_inputs(c, lw, seed);
+  Layer layer(config, lw.weights(), on_cuda());
+  const Tensor fused = fused_as_external(layer, c, in);
   const References refs = make_references(config, lw, seed, in.hidden, in.routing);
   expect_meets_the_check(design_check(fused, refs, config.quant), c);
 }
@@ -227,15 +233,7 @@ TEST(CudaLayerFused, DecodeSizesEveryMethodLogitsDtypeAndScheme) {
         const TestLayer lw = make_test_layer(c, draw);
         const Inputs in = make_inputs(c, lw, draw);
         Layer layer(config_of(c), lw.weights(), on_cuda());
-        const DeviceTensor h = on_gpu(in.hidden), logits = on_gpu(in.logits);
-        DeviceTensor out = poisoned(DType::bf16, in.hidden.shape());
-        DeviceTensor ids = poisoned(DType::i32, {c.tokens, c.top_k}), weights = poisoned(DType::f32, {c.tokens, c.top_k});
-        layer.forward(FusedArgs{h.view(), logits.view(), out.view(), ids.view(), weights.view()});
-        synchronize(Device::cuda);
-        const Tensor got_ids = to_host(ids);
-        EXPECT_EQ(bit_differences(got_ids, in.routing.ids), 0) << "ids must equal the CPU router's";
-        const Tensor external = gpu_external(layer, in.hidden, {clone(got_ids), to_host(weights)});
-        EXPECT_EQ(bit_differences(to_host(out), external), 0) << "fused routing must give external routing's bits";
+        fused_as_external(layer, c, in);
       }
   }
 }
