@@ -181,7 +181,7 @@ int cmd_explain(int argc, char** argv) {
   std::printf("cuda experts tactic at T=%lld: %s\n", static_cast<long long>(tokens), at.tactic.to_string().c_str());
   print_computed_rows(config, tokens, at.tactic);
   if (at.tactic.path == cuda::TacticPath::staged && tokens > 0)
-    std::printf("  launches: %s\n", cuda::staged_steps(config, tokens, at.tactic).c_str());
+    std::printf("  steps after routing: %s\n", cuda::staged_steps(config, tokens, at.tactic).c_str());
   std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;
@@ -189,16 +189,13 @@ int cmd_explain(int argc, char** argv) {
   const cuda::min_latency::Choice path = cuda::min_latency::choose(fused);
   std::printf("cuda experts at T=%lld: %s\n", static_cast<long long>(tokens), path.reason.c_str());
   if (path.taken) {
-    cuda::Tactic min_latency;
-    min_latency.path = cuda::TacticPath::min_latency;
     const Status can = cuda::min_latency::can_implement(fused);
     if (!can) std::printf("  refused at the call: %s\n", can.reason().c_str());
     else
-      std::printf("  kernels: %spermutation plan (one block; rows of each expert unpadded: 0 padding rows), "
+      std::printf("  kernels: permutation plan (one block; rows of each expert unpadded: 0 padding rows), "
                   "gemm1_activation (%lld slices of 16 activation columns x one block per <= 32-row entry), "
                   "gemm2_combine (%lld strips of 16 channels, the k slots summed in order); no gather, "
                   "activation or finalize kernel\n",
-                  cuda::plan_routes(config, tokens, min_latency, false) ? "routing + the input's quantization + " : "",
                   static_cast<long long>(config.intermediate_size / 16), static_cast<long long>(config.hidden_size / 16));
     return selection.chosen.empty() ? 1 : 0;
   }

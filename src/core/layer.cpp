@@ -91,7 +91,6 @@ struct Layer::Impl {
     std::int64_t expert_rows = 0;
     bool whole = false;  // the experts stage does Prepare's and Finalize's work (ExpertsStage::whole_layer)
     bool finalizes = false;  // the experts stage does Finalize's work (whole, or ExpertsStage::finalizes)
-    bool routes = false;     // the experts stage routes, where the layer would (ExpertsStage::routes)
   };
   static constexpr std::size_t kSizesKept = 4096;  // past this many distinct T the table starts again
   mutable std::mutex sizes_mutex;
@@ -133,7 +132,6 @@ struct Layer::Impl {
       s.expert_rows = stages.experts->max_rows(after);
       s.whole = stages.experts->whole_layer(after);
       s.finalizes = s.whole || stages.experts->finalizes(after);
-      s.routes = stages.experts->routes(after);
     }
     core::Carver counter(nullptr);
     carve(counter, p, s);
@@ -199,56 +197,43 @@ struct Layer::Impl {
     stages.router->run(p, {{args.router_logits, bias}, {ids, weights}}, b.router_ws, stream);
   }
 
-  // One call's tensors: the input, the routing (the caller's or the router's; written by the
-  // experts stage where it routes: router_logits given), the output.
-  struct Call {
-    TensorView hidden, ids, weights, out;
-    TensorView router_logits;  // [T, E]: the experts stage routes (Sizes::routes)
-  };
-
   // The layer's routing, with the shared experts appended where the layer has them (core/shared.h),
   // through the stages after routing.
-  void run(const core::StageProblem& routed, const Sizes& s, const Buffers& b, const Call& call, Stream stream) const {
+  void run(const core::StageProblem& routed, const Sizes& s, const Buffers& b, const TensorView& hidden,
+           const TensorView& routed_ids, const TensorView& routed_weights, const TensorView& out, Stream stream) const {
     const bool shared = config.shared_experts > 0;
     if (shared) {
       core::mark_step(routed, "shared", stream);
-      stages.shared->run(routed, {call.ids, call.weights, b.shared_ids, b.shared_weights}, b.shared_ws, stream);
+      stages.shared->run(routed, {routed_ids, routed_weights, b.shared_ids, b.shared_weights}, b.shared_ws, stream);
     }
     const core::StageProblem p = stages_problem(routed);
-    const TensorView& ids = shared ? b.shared_ids : call.ids;
-    const TensorView& weights = shared ? b.shared_weights : call.weights;
+    const TensorView& ids = shared ? b.shared_ids : routed_ids;
+    const TensorView& weights = shared ? b.shared_weights : routed_weights;
     if (ep) {
-      ep->run(p, call.hidden, ids, weights, call.out, stream);
+      ep->run(p, hidden, ids, weights, out, stream);
     } else {
       const bool on_input = config.routing.effective_placement() == WeightPlacement::input;
       const bool whole = s.whole;
       if (!whole && !stages.experts->prepares_input(p)) {
         core::mark_step(p, "quantize", stream);
-        stages.prepare->run(p, {call.hidden, weights, b.prepared}, b.prepare_ws, stream);
+        stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
       }
-      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, call.hidden, call.out, call.router_logits},
-                          b.experts_ws, stream);
+      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, hidden, out}, b.experts_ws, stream);
       if (!s.finalizes) {
         const bool weights_left = !on_input && !stages.experts->applies_weights();
         core::mark_step(p, "finalize", stream);
-        stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, call.out},
+        stages.finalize->run(p, {b.expert_out, b.slot_rows, weights_left ? weights : TensorView{}, out},
                              b.finalize_ws, stream);
       }
     }
     core::mark_step(p, "end", stream);
   }
 
-  // Routing by the router stage, or by the experts stage in its first launch (Sizes::routes: no
-  // shared experts, no EP, decode sizes).
   void fused(const core::StageProblem& p, const Sizes& s, const Buffers& b, const FusedArgs& args, Stream stream) const {
     const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
     const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
-    if (s.routes) {
-      run(p, s, b, {args.hidden, ids, weights, args.out, args.router_logits}, stream);
-      return;
-    }
     route(p, b, args, ids, weights, stream);
-    run(p, s, b, {args.hidden, ids, weights, args.out, {}}, stream);
+    run(p, s, b, args.hidden, ids, weights, args.out, stream);
   }
 
   core::StageProblem problem(std::int64_t tokens) const { return {config, tokens, nullptr, observer}; }
@@ -336,7 +321,7 @@ void Layer::forward(const ExternalArgs& args, Stream stream) {
   Impl& m = *impl_;
   const core::StageProblem p = m.checked_problem(args);
   const Impl::Sizes s = m.sizes(p);
-  m.run(p, s, m.buffers_for(p, s), {args.hidden, args.topk_ids, args.topk_weights, args.out, {}}, stream);
+  m.run(p, s, m.buffers_for(p, s), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
 }
 
 void Layer::forward(const FusedArgs& args, const Workspace& workspace, Stream stream) const {
@@ -350,7 +335,7 @@ void Layer::forward(const ExternalArgs& args, const Workspace& workspace, Stream
   const Impl& m = *impl_;
   const core::StageProblem p = m.checked_problem(args);
   const Impl::Sizes s = m.sizes(p);
-  m.run(p, s, m.buffers_in(p, s, workspace), {args.hidden, args.topk_ids, args.topk_weights, args.out, {}}, stream);
+  m.run(p, s, m.buffers_in(p, s, workspace), args.hidden, args.topk_ids, args.topk_weights, args.out, stream);
 }
 
 std::size_t Layer::workspace_size(std::int64_t max_tokens) const {

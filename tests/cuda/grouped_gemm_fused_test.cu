@@ -193,11 +193,11 @@ INSTANTIATE_TEST_SUITE_P(Activations, CudaGroupedGemmActivated,
                                                                                         : "_persistent");
                          });
 
-// GEMM2 + the weighted combine (tokens{8,16}_n128_combine: the decode kernel; m128_n{128,192}_persistent_
-// combine: the persistent kernel) against the same kernel's bf16 tile followed by the CPU's finalize:
-// D the same bits, and each token's sum the same bits; weights or none, -1 slots, tokens with no row,
-// groups of several row tiles, a column tile short (N 400), the caller's output only 2-byte aligned,
-// no row at all (every token 0); reruns (the counts left at 0) and a CUDA graph's replays the same bits.
+// GEMM2 + the weighted combine (tokens{8,16}_n128_combine) against the same decode kernel's bf16
+// tile followed by the CPU's finalize: D the same bits, and each token's sum the same bits; weights
+// or none, -1 slots, tokens with no row, groups of several row tiles, a column block short of 128
+// (N 400), the caller's output only 2-byte aligned, no row at all (every token 0); reruns (the counts
+// left at 0) and a CUDA graph's replays the same bits.
 class CudaGroupedGemmCombined : public ::testing::TestWithParam<GemmTile> {};
 
 TEST_P(CudaGroupedGemmCombined, MatchesTheBf16TileThenTheCpuFinalize) {
@@ -206,11 +206,7 @@ TEST_P(CudaGroupedGemmCombined, MatchesTheBf16TileThenTheCpuFinalize) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const GemmTile tile = GetParam();
-  const GemmTile plain = tile == GemmTile::tokens8_n128_combine           ? GemmTile::tokens8_n128_wgmma
-                         : tile == GemmTile::tokens16_n128_combine        ? GemmTile::tokens16_n128_wgmma
-                         : tile == GemmTile::m128_n128_persistent_combine ? GemmTile::m128_n128_persistent
-                                                                          : GemmTile::m128_n192_persistent;
-  const bool decode = cuda::combine_needs_zeroed_workspace(tile);
+  const GemmTile plain = tile == GemmTile::tokens8_n128_combine ? GemmTile::tokens8_n128_wgmma : GemmTile::tokens16_n128_wgmma;
   const Shape shapes[] = {
       {"decode", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7, 0, 0, 0, 5, 0, 1}, 400, 256},
       {"one_hot_expert", {0, 0, 40, 0, 1, 0, 0, 0}, 1024, 512},
@@ -253,19 +249,11 @@ TEST_P(CudaGroupedGemmCombined, MatchesTheBf16TileThenTheCpuFinalize) {
         DeviceArray<std::int32_t> d_slot_rows(slot_rows);
         DeviceArray<float> d_weights(weights);
         DeviceArray<bf16> out(std::size_t(tokens * s.n) + 1);
-        // The decode tiles count per 128-column block, the persistent ones per token and column tile.
         const std::size_t counts = cuda::workspace_size(desc, {tile}) / sizeof(std::int32_t);
-        const std::int64_t cols = tile == GemmTile::m128_n192_persistent_combine ? 192 : 128;
-        if (decode) ASSERT_EQ(counts, std::size_t(ceil_div(s.n, std::int64_t(128))));
-        else if (data > 0) ASSERT_GE(counts, std::size_t(tokens * ceil_div(s.n, cols)));
-        DeviceArray<std::int32_t> done(std::vector<std::int32_t>(std::max<std::size_t>(counts, 1), 0));
-        std::vector<std::int32_t> row_token(std::size_t(std::max<std::int64_t>(device_rows, 1)), -1);
-        for (std::size_t slot = 0; slot < slot_rows.size(); ++slot)
-          if (slot_rows[slot] >= 0) row_token[std::size_t(slot_rows[slot])] = std::int32_t(slot / std::size_t(top_k));
-        DeviceArray<std::int32_t> d_row_token(row_token);
+        ASSERT_EQ(counts, std::size_t(ceil_div(s.n, std::int64_t(128))));
+        DeviceArray<std::int32_t> done(std::vector<std::int32_t>(counts, 0));
         cuda::GroupedGemmArgs args = g.args;
-        args.combined = {d_slot_rows.data(), weighted ? d_weights.data() : nullptr, out.data() + misalign, tokens, top_k,
-                         d_row_token.data()};
+        args.combined = {d_slot_rows.data(), weighted ? d_weights.data() : nullptr, out.data() + misalign, tokens, top_k};
         auto check = [&](const char* what) {
           const std::vector<bf16> got_d = g.d.download(), got = out.download();
           for (std::size_t i = 0; i < want_d.size(); ++i) ASSERT_EQ(got_d[i].bits, want_d[i].bits) << what << ": D element " << i;
@@ -290,13 +278,9 @@ TEST_P(CudaGroupedGemmCombined, MatchesTheBf16TileThenTheCpuFinalize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmCombined,
-                         ::testing::Values(GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine,
-                                           GemmTile::m128_n128_persistent_combine, GemmTile::m128_n192_persistent_combine),
+                         ::testing::Values(GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
-                           return std::string(info.param == GemmTile::tokens8_n128_combine           ? "tokens8"
-                                              : info.param == GemmTile::tokens16_n128_combine        ? "tokens16"
-                                              : info.param == GemmTile::m128_n128_persistent_combine ? "persistent128"
-                                                                                                     : "persistent192");
+                           return info.param == GemmTile::tokens8_n128_combine ? std::string("tokens8") : std::string("tokens16");
                          });
 
 // The decode tiles reading A's rows by index (a_by_index: GEMM1 without a gather pass) against the

@@ -198,8 +198,8 @@ TEST(CudaLayerFused, RoutesLikeTheCpuForEveryMethod) {
   }
 }
 
-// Routing at decode sizes on the staged path: in the plan's launch up to T = 32 (no router launch),
-// by the router stage from 33; every method, f32 and bf16 logits, fp8-block and bf16 experts by turns,
+// Fused routing at decode sizes on the staged path (the router stage, then the one-block plan with
+// the input's quantization): every method, f32 and bf16 logits, fp8-block and bf16 experts by turns,
 // the routing kernel's 4, 8 and 16 scores per lane (E = 8, 64, 256, 512) and its scalar logits loads
 // (E = 62: no whole vectors per lane) by turns, k = 1 (top1_sigmoid), 2, 4, 6 or 8 by turns, T = 1, 2,
 // 3, 8, 16, 32, 33, 64, 65, 512: the ids the CPU router picks, and the bits of external routing with

@@ -119,7 +119,7 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 // 1176: deepseek-v3's six buckets from T=512, 260 of them, took 34.3 s on 2026-12-04; the decode
 // kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds),
 // and at most a candidate's variants per bucket (the cluster and combine tiles: the second round,
-// 1652 in all).
+// 1626 in all).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
@@ -161,53 +161,19 @@ TEST(TacticSteps, DecodeSizesPrepareInThePlanAndReadRowsByIndex) {
 
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::staged_steps(c, 1, decode),
-            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
-            "index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
-  const cuda::Tactic bf16_out{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_wgmma}, {cuda::GemmTile::tokens8_n128_wgmma}};
-  EXPECT_EQ(cuda::staged_steps(c, 8, bf16_out),
-            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read "
-            "by index), activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
-  const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::m64_n128_pingpong}};
-  EXPECT_EQ(cuda::staged_steps(c, 256, prefill),
-            "routing, permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, "
-            "activation + requantization, GEMM2 m64_n128_pingpong, finalize");
-  EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
-            "routing, quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
-            "m64_n128_pingpong, finalize");
-}
-
-// Routing in the plan's launch (no router launch): at T <= 32 where the plan prepares the input or
-// on the min-latency path, for the layer's own routing with its weights on the output and E on the
-// routing kernel's register path, outside expert parallelism; explain names it.
-TEST(TacticSteps, DecodeSizesRouteInThePlansLaunch) {
-  const MoEConfig c = io::find_preset("deepseek-v3").config;
-  const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
-  cuda::Tactic min_latency;
-  min_latency.path = cuda::TacticPath::min_latency;
-  EXPECT_TRUE(cuda::plan_routes(c, 1, decode, false));
-  EXPECT_TRUE(cuda::plan_routes(c, 32, decode, false));  // a warp per token of the plan's block
-  EXPECT_FALSE(cuda::plan_routes(c, 33, decode, false));
-  EXPECT_FALSE(cuda::plan_routes(c, 0, decode, false));
-  EXPECT_FALSE(cuda::plan_routes(c, 1, decode, true));  // expert parallelism: the EP pipeline routes
-  EXPECT_TRUE(cuda::plan_routes(c, 16, min_latency, false));
-  MoEConfig external = c;
-  external.routing.method = RoutingMethod::external;
-  EXPECT_FALSE(cuda::plan_routes(external, 1, decode, false));
-  MoEConfig on_input = c;  // the other blocks would need the weights routing writes
-  on_input.routing = RoutingConfig{};
-  on_input.routing.top_k = 8;
-  EXPECT_TRUE(cuda::plan_routes(on_input, 1, decode, false));
-  on_input.routing.weight_placement = WeightPlacement::input;
-  EXPECT_FALSE(cuda::plan_routes(on_input, 1, decode, false));
-  MoEConfig many = c;  // 768 experts: scores past the routing kernel's registers
-  many.num_experts = 768;
-  EXPECT_FALSE(cuda::plan_routes(many, 1, decode, false));
-  MoEConfig rowwise = c;  // the plan does not prepare rowwise input: Prepare runs between
-  rowwise.quant.scheme = QuantScheme::fp8_rowwise;
-  EXPECT_FALSE(cuda::plan_routes(rowwise, 1, decode, false));
-  EXPECT_EQ(cuda::staged_steps(external, 1, decode),
             "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
             "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+  const cuda::Tactic bf16_out{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_wgmma}, {cuda::GemmTile::tokens8_n128_wgmma}};
+  EXPECT_EQ(cuda::staged_steps(c, 8, bf16_out),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read by index), "
+            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+  const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::m64_n128_pingpong}};
+  EXPECT_EQ(cuda::staged_steps(c, 256, prefill),
+            "permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, activation + "
+            "requantization, GEMM2 m64_n128_pingpong, finalize");
+  EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
+            "quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
+            "m64_n128_pingpong, finalize");
 }
 
 // GEMM2 + the weighted combine (tokens{8,16}_n128_combine): a GEMM2 tile only, where the one-block
@@ -250,32 +216,8 @@ TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined}));
   EXPECT_EQ(cuda::staged_steps(c, 1, combined),
-            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
-            "index) + activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
-}
-
-// GEMM2 + the weighted combine on the persistent tiles (m128_n{128,192}_persistent_combine): they set
-// their own counts, so at every T (the multi-kernel plan too), outside the EP pipeline; variants of the
-// persistent GEMM2 tiles, GEMM2 only; explain says that no finalize runs.
-TEST(TacticCombine, PersistentTilesAtEveryTOutsideExpertParallelism) {
-  const MoEConfig c = preset("deepseek-v3", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
-  const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_cooperative}, {cuda::GemmTile::m128_n192_persistent}};
-  const cuda::Tactic combined{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_cooperative},
-                              {cuda::GemmTile::m128_n192_persistent_combine}};
-  const cuda::TacticProblem at4096{c, 4096, 0, false};
-  EXPECT_FALSE(cuda::plan_takes_one_block(c, 4096));
-  EXPECT_TRUE(cuda::can_implement(combined, at4096));
-  const std::vector<cuda::Tactic> variants = cuda::tactic_variants(prefill, at4096);
-  EXPECT_NE(std::find(variants.begin(), variants.end(), combined), variants.end());
-  EXPECT_FALSE(cuda::can_implement(combined, {c, 4096, 0, true}));
-  const cuda::Tactic first{cuda::TacticPath::staged, {cuda::GemmTile::m128_n128_persistent_combine}, {cuda::GemmTile::m128_n192_persistent}};
-  EXPECT_FALSE(cuda::can_implement(first, at4096));
-  EXPECT_EQ(cuda::parse_tactic(combined.name()), combined);
-  for (const cuda::Tactic& t : cuda::candidate_tactics(at4096))
-    EXPECT_NE(cuda::output_of(t.gemm2.tile), cuda::GemmOutput::combined) << t.name() << ": a variant, not a candidate";
-  EXPECT_EQ(cuda::staged_steps(c, 4096, combined),
-            "routing, quantize, permutation plan, gather, GEMM1 m128_n128_cooperative, activation + requantization, GEMM2 "
-            "m128_n192_persistent_combine + the weighted combine (no finalize)");
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),

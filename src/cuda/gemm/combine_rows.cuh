@@ -1,8 +1,7 @@
-// GEMM2's weighted combine (GemmOutput::combined), the part shared by the kernels that do it after
-// their tiles: the decode kernel (a column block's last tile sums every token) and the persistent
-// block-scaled kernel (a token's last row sums that token). Both sum a token's k rows of D in slot
-// order with finalize's arithmetic (f32, each product rounded before the add, bf16 at the end), so
-// the output has finalize's bits whichever block sums it.
+// GEMM2's weighted combine (GemmOutput::combined) after the decode kernel's tiles (the block that
+// completes a column block sums every token there): a token's k rows of D summed in slot order with
+// finalize's arithmetic (f32, each product rounded before the add, bf16 at the end), so the output
+// has finalize's bits whichever block sums it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +9,6 @@
 #include <cstdint>
 
 #include "cuda/common/vec.cuh"
-#include "cuda/gemm/grouped_gemm.h"
 
 namespace moekit::cuda::combine {
 
@@ -18,7 +16,6 @@ namespace moekit::cuda::combine {
 struct CombineOut {
   const std::int32_t* slot_rows;  // [tokens, top_k]
   const float* weights;           // [tokens, top_k] or null (every weight 1)
-  const std::int32_t* row_token;  // [rows] each row's token (the persistent kernel's)
   std::uint16_t* out;             // [tokens, N] bf16
   std::int32_t* done;             // the kernel's counts, in its workspace
   int tokens, top_k;
@@ -59,50 +56,6 @@ __device__ __forceinline__ void sum_token_columns(const CombineOut& cb, const st
 #pragma unroll
     for (int i = 0; i < 8; ++i) to[i] = f32_to_bf16(acc[i]);
   }
-}
-
-// The persistent tiles' combine, host side (combine_rows.cu). Its workspace: a count per token and
-// column tile of `cols` columns, for as many tokens as GEMM2 has rows of data (T k >= T). Before
-// the kernel, start_persistent checks the arguments and sets done[t, c] = -(token t's slots with a
-// row), so that the arrival of its last row for column tile c brings it back to 0; a token with no
-// row gets no arrival, so its output is set to 0 there.
-std::size_t persistent_workspace_size(const GroupedGemmDesc& desc, int cols);
-// Where no row has data (no tile at all): every token's sum is 0.
-void zero_output(const CombinedOut& combined, std::int64_t n, cudaStream_t stream);
-CombineOut start_persistent(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, int cols,
-                            cudaStream_t stream);
-
-// A warpgroup's part of the persistent kernel's combine, after its rows [first, first + 64) of the
-// tile at rows [row0 + m0, ...) of the group (rows of data below `rows`) and columns [n0, n0 + cols)
-// are stored: each row counts one arrival for its token and column tile; the arrival that completes a
-// token (done back to 0) sums that token's rows over the tile's columns. `completed` is 64 ints of
-// shared memory, `barrier` a named barrier of the warpgroup's 128 threads.
-struct TileRows {
-  int row0, m0, rows, n0;
-};
-__device__ __forceinline__ void combine_tile_rows(const CombineOut& cb, const std::uint16_t* d, int n, const TileRows& t,
-                                                  int first, int cols, int* completed, int barrier) {
-  const int i = int(threadIdx.x % 128);
-  __threadfence();  // this thread's D stores, device-wide, before the counts
-  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier) : "memory");
-  if (i < 64) {
-    const int r = t.m0 + first + i;
-    int token = -1;
-    if (r < t.rows) {
-      token = __ldg(cb.row_token + t.row0 + r);
-      const int col_tiles = (n + cols - 1) / cols;
-      if (atomicAdd(cb.done + std::size_t(token) * col_tiles + t.n0 / cols, 1) != -1) token = -1;  // not the last
-    }
-    completed[i] = token;
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier) : "memory");
-  __threadfence();  // the other rows' stores, counted before the last arrival
-  const int vectors = min(cols, n - t.n0) / 8;
-  for (int item = i; item < 64 * vectors; item += 128) {
-    const int token = completed[item / vectors];
-    if (token >= 0) sum_token_columns(cb, d, n, token, t.n0 + 8 * (item % vectors));
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(barrier) : "memory");  // `completed` is rewritten at the next tile
 }
 
 }  // namespace moekit::cuda::combine

@@ -69,8 +69,6 @@ std::string_view to_string(GemmTile tile) {
       return "<=192 rows x 128 persistent wgmma (W as A), 2-block clusters (rows multicast), f32 every 128 K";
     case GemmTile::tokens8_n128_combine: return "8 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
     case GemmTile::tokens16_n128_combine: return "16 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";
-    case GemmTile::m128_n128_persistent_combine: return "128x128 persistent wgmma + weighted combine, f32 every 128 K";
-    case GemmTile::m128_n192_persistent_combine: return "128x192 persistent wgmma + weighted combine, f32 every 128 K";
   }
   return "?";
 }
@@ -201,9 +199,7 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m128_n128_persistent_k32:
     case GemmTile::m128_n128_persistent_x2:
     case GemmTile::m128_n192_persistent_x2:
-    case GemmTile::m128_n256_persistent_act_x2:
-    case GemmTile::m128_n128_persistent_combine:
-    case GemmTile::m128_n192_persistent_combine: return rows / 128 * 128 + up(rows % 128, 64);
+    case GemmTile::m128_n256_persistent_act_x2: return rows / 128 * 128 + up(rows % 128, 64);
     case GemmTile::tokens192_n128_persistent:
     case GemmTile::tokens192_n128_persistent_x2: return rows / 192 * 192 + up(rows % 192, 32);
     case GemmTile::m64_n128_pingpong:

@@ -62,16 +62,12 @@ enum class GemmTile : std::uint8_t {
   tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
   tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's
                           //   columns of every token's k rows
-  m128_n128_persistent_combine,  // the persistent tiles for GEMM2 + the weighted combine: the warpgroup
-  m128_n192_persistent_combine,  //   storing a token's last row of a column tile sums its k rows there
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), D and the
-// combined tokens (*_combine), else bf16.
+// combined tokens (tokens*_n128_combine), else bf16.
 constexpr GemmOutput output_of(GemmTile tile) {
-  if (tile == GemmTile::tokens8_n128_combine || tile == GemmTile::tokens16_n128_combine ||
-      tile == GemmTile::m128_n128_persistent_combine || tile == GemmTile::m128_n192_persistent_combine)
-    return GemmOutput::combined;
+  if (tile == GemmTile::tokens8_n128_combine || tile == GemmTile::tokens16_n128_combine) return GemmOutput::combined;
   const bool activated = tile == GemmTile::m128_n256_persistent_act || tile == GemmTile::m128_n256_persistent_act_x2 ||
                          tile == GemmTile::tokens8_n256_act ||
                          tile == GemmTile::tokens16_n256_act || tile == GemmTile::tokens32_n256_act;
@@ -88,14 +84,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
     GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens192_n128_persistent_x2,
-    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine, GemmTile::m128_n128_persistent_combine,
-    GemmTile::m128_n192_persistent_combine};
-
-// Whether a combine tile needs its workspace 0 at the launch (the decode tiles': the one-block
-// permutation plan zeroes it, permute::PlanArgs::zeroed); the persistent combine sets its own.
-constexpr bool combine_needs_zeroed_workspace(GemmTile tile) {
-  return tile == GemmTile::tokens8_n128_combine || tile == GemmTile::tokens16_n128_combine;
-}
+    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);
@@ -140,18 +129,14 @@ struct ActivatedOut {
 // GemmOutput::combined (GEMM2 of the staged path): out[t] = bf16( sum_{j ascending} w[t, j] *
 // D[slot_rows[t, j]] ), f32 sums in slot order, products rounded before the add (finalize's
 // arithmetic, the same bits); a slot of row -1 adds nothing, no weights: w = 1. N a multiple of 8.
-// The GEMM's workspace holds its counts: the decode tiles' (tokens*_n128_combine) one per 128-column
-// block, which must be 0 when the kernel starts (the one-block permutation plan zeroes it:
-// permute::PlanArgs::zeroed; combine_needs_zeroed_workspace) and which the kernel leaves 0; the
-// persistent tiles' (m128_n*_persistent_combine) one per token and column tile, which the GEMM sets
-// itself before its kernel.
+// The GEMM's workspace holds a count per 128-column block, which must be 0 when the kernel starts
+// (the one-block permutation plan zeroes it: permute::PlanArgs::zeroed); the kernel leaves it 0.
 struct CombinedOut {
   const std::int32_t* slot_rows = nullptr;  // [tokens, top_k]
   const float* weights = nullptr;           // [tokens, top_k], or null
   bf16* out = nullptr;                      // [tokens, N]
   std::int64_t tokens = 0;
   int top_k = 0;
-  const std::int32_t* row_token = nullptr;  // [max_rows] each row's token (the persistent tiles'), -1 padding
 };
 
 struct GroupedGemmArgs {

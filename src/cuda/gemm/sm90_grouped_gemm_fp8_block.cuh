@@ -27,8 +27,7 @@
 //   5. out for the rows of the group that carry data (counts): bf16 through a per-warp staging buffer
 //      (stmatrix, then 16-byte stores of whole rows' sectors), or the activated FP8 rows and their
 //      scales (GEMM1's outputs rounded to bf16 first, as the activation stage reads them); nothing
-//      else is written. GEMM2 + combine (kN 128, 192): then each row counts its token's arrival for
-//      the column tile, and the last one sums the token's rows there (combine_rows.cuh)
+//      else is written
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,7 +40,6 @@
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/launch.h"
-#include "cuda/gemm/combine_rows.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -159,6 +157,40 @@ __device__ __forceinline__ void tma_load_1d(std::uint32_t dst, const CUtensorMap
   asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(dst),
                "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(bar)
                : "memory");
+}
+
+// A 2-D box of the tensor map into the same shared address of every block in mask (the cluster's
+// ranks), each completing its bytes on its own barrier at bar's address.
+__device__ __forceinline__ void tma_load_multicast(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar,
+                                                   std::uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// The cluster: its blocks (1 when the launch had none), this block's rank, an arrival on the barrier
+// at bar's address in block `rank`, and a barrier of all the cluster's threads (release / acquire).
+__device__ __forceinline__ int cluster_blocks() {
+  std::uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return int(n);
+}
+__device__ __forceinline__ int cluster_rank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return int(r);
+}
+__device__ __forceinline__ void barrier_arrive_in(std::uint32_t bar, int rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // The scale arrays as 1-D tensor maps, read in boxes of kAScaleBox and kWScaleBox: each map starts
@@ -325,7 +357,7 @@ __device__ __forceinline__ void store_activated(const Params& p, const ActOut& o
 template <int kN, Activation kAct, int kSumK>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                   const __grid_constant__ ScaleMaps scale_maps, Params p, ActOut act, combine::CombineOut cb) {
+                   const __grid_constant__ ScaleMaps scale_maps, Params p, ActOut act) {
   using S = Shape<kN>;
   // ---- shared memory
   extern __shared__ std::uint8_t smem_raw[];
@@ -336,7 +368,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t full = smem_address(smem + S::kBarriersOffset), empty = full + 8 * S::kStages;
   Tile* slots = reinterpret_cast<Tile*>(smem + S::kSlotsOffset);
   int* table = reinterpret_cast<int*>(smem + S::kTableOffset);
-  __shared__ int completed[kMath][64];  // the combine's tokens completed by a warpgroup's rows
 
   // ---- barriers: full takes the producer's arrival with the stage's TMA bytes; empty one per math
   // warp of every block of the cluster (the stage's A comes from both), after its WGMMAs read the stage
@@ -539,14 +570,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (kN == 192 && split == 64) k_loop(std::integral_constant<int, 64>{});
     else k_loop(std::integral_constant<int, kTileN>{});
-    if constexpr (S::kPaired) {
-      store_activated<kAct>(p, act, t, acc, acc_up, t.m0 + local);
-    } else {
-      store_staged<kN>(p, t, acc, c * 64 + warp * 16, staging);
-      if (cb.out)
-        combine::combine_tile_rows(cb, reinterpret_cast<const std::uint16_t*>(p.d), p.n, {t.row0, t.m0, t.rows, t.n0}, c * 64,
-                                   kN, completed[c], 2 + c);
-    }
+    if constexpr (S::kPaired) store_activated<kAct>(p, act, t, acc, acc_up, t.m0 + local);
+    else store_staged<kN>(p, t, acc, c * 64 + warp * 16, staging);
   }
 }
 
@@ -611,14 +636,11 @@ void launch_in_clusters(void (*kernel)(Params...), unsigned blocks, int smem, in
 // kCluster 2: clusters of two blocks on neighbouring column tiles of the same rows, each TMA-loading
 // half of the A tile into both (multicast); a unit's second tile past N computes nothing.
 template <int kN, Activation kAct, int kSumK = 128, int kCluster = 1>
-void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) {
+void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN>;
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two blocks");
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
-  if (rows == 0) {  // no tile: the combine's sums are 0
-    if (desc.output == GemmOutput::combined) combine::zero_output(args.combined, desc.n, stream);
-    return;
-  }
+  if (rows == 0) return;
   // At most this many tiles (units of kCluster column tiles) have rows: a row tile per 128 rows plus
   // a partial one per group.
   const std::int64_t out_cols = S::kPaired ? desc.n / 2 : desc.n;
@@ -639,18 +661,14 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
-  const combine::CombineOut cb = desc.output == GemmOutput::combined ? combine::start_persistent(desc, args, workspace, kN, stream)
-                                                                     : combine::CombineOut{};
-  launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, params, act, cb);
+  launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, params, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 
 inline Status can_implement(const GroupedGemmDesc& desc, GemmOutput output) {
   if (desc.kind != GemmKind::fp8_block) return Status::no("block scales only (fp8-block)");
   if (desc.output != output)
-    return Status::no(std::string("this tile writes ") +
-                      (output == GemmOutput::bf16 ? "bf16" : output == GemmOutput::combined ? "bf16 and the combined tokens" : "activated FP8") +
-                      " out");
+    return Status::no(std::string("this tile writes ") + (output == GemmOutput::bf16 ? "bf16" : "activated FP8") + " out");
   if (output == GemmOutput::activated_fp8 && desc.n % (2 * kTileN) != 0)
     return Status::no("activated out: 2I a multiple of 256, given " + std::to_string(desc.n));
   if (desc.n % 8 != 0) return Status::no("N: a multiple of 8 (16-byte rows out), given " + std::to_string(desc.n));
@@ -666,13 +684,10 @@ inline Status can_implement(const GroupedGemmDesc& desc, GemmOutput output) {
 
 }  // namespace moekit::cuda::sm90::fp8_block
 
-// The entry points of one instance (sm90_grouped_gemm_instances.h): a workspace for the combine's
-// counts (GemmOutput::combined, kN columns a tile) or none; RUN(desc, args, workspace, stream).
-#define MOEKIT_SM90_FP8_BLOCK_INSTANCE(NAME, OUTPUT, KN, ...)                                                    \
-  std::size_t NAME##_workspace_size(const GroupedGemmDesc& desc) {                                              \
-    return OUTPUT == GemmOutput::combined ? combine::persistent_workspace_size(desc, KN) : 0;                   \
-  }                                                                                                             \
-  Status NAME##_can_implement(const GroupedGemmDesc& desc) { return fp8_block::can_implement(desc, OUTPUT); }   \
-  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) { \
-    __VA_ARGS__(desc, args, workspace, stream);                                                                 \
+// The entry points of one instance (sm90_grouped_gemm_instances.h): no workspace; RUN(desc, args, stream).
+#define MOEKIT_SM90_FP8_BLOCK_INSTANCE(NAME, OUTPUT, ...)                                                 \
+  std::size_t NAME##_workspace_size(const GroupedGemmDesc&) { return 0; }                                 \
+  Status NAME##_can_implement(const GroupedGemmDesc& desc) { return fp8_block::can_implement(desc, OUTPUT); } \
+  void NAME##_run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void*, cudaStream_t stream) { \
+    __VA_ARGS__(desc, args, stream);                                                                     \
   }

@@ -8,11 +8,11 @@ namespace moekit::cuda::sm90 {
 namespace {
 
 template <int kCluster>
-void run_activated(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) {
+void run_activated(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   switch (args.activated.act) {
-    case Activation::silu_and_mul: return fp8_block::run<256, Activation::silu_and_mul, 128, kCluster>(desc, args, workspace, stream);
-    case Activation::gelu_and_mul: return fp8_block::run<256, Activation::gelu_and_mul, 128, kCluster>(desc, args, workspace, stream);
-    case Activation::swiglu_oai: return fp8_block::run<256, Activation::swiglu_oai, 128, kCluster>(desc, args, workspace, stream);
+    case Activation::silu_and_mul: return fp8_block::run<256, Activation::silu_and_mul, 128, kCluster>(desc, args, stream);
+    case Activation::gelu_and_mul: return fp8_block::run<256, Activation::gelu_and_mul, 128, kCluster>(desc, args, stream);
+    case Activation::swiglu_oai: return fp8_block::run<256, Activation::swiglu_oai, 128, kCluster>(desc, args, stream);
     case Activation::relu2: break;
   }
   require(false, "activated GEMM1: relu2 is not gated (GEMM1 is I wide), it has no fused form");
@@ -20,7 +20,7 @@ void run_activated(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, voi
 
 }  // namespace
 
-MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_act, GemmOutput::activated_fp8, 256, run_activated<1>)
-MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_act_x2, GemmOutput::activated_fp8, 256, run_activated<2>)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_act, GemmOutput::activated_fp8, run_activated<1>)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_act_x2, GemmOutput::activated_fp8, run_activated<2>)
 
 }  // namespace moekit::cuda::sm90

@@ -8,6 +8,6 @@
 
 namespace moekit::cuda::sm90 {
 
-MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n128_k32, GemmOutput::bf16, 128, fp8_block::run<128, Activation::silu_and_mul, 32>)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n128_k32, GemmOutput::bf16, fp8_block::run<128, Activation::silu_and_mul, 32>)
 
 }  // namespace moekit::cuda::sm90

@@ -30,6 +30,11 @@ using fp8_block::kMaxGroups;
 using fp8_block::ScaleIndex;
 using fp8_block::ScaleMaps;
 using fp8_block::TileTable;
+using fp8_block::barrier_arrive_in;
+using fp8_block::cluster_blocks;
+using fp8_block::cluster_rank;
+using fp8_block::cluster_sync;
+using fp8_block::tma_load_multicast;
 
 constexpr int kWRows = 128;       // a tile's W rows (output channels): two math warpgroups of 64
 constexpr int kMaxTokens = 192;   // a tile's rows at most (WGMMA's N): acc and part, 192 registers

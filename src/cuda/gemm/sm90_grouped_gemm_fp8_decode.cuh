@@ -413,7 +413,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
   if (kAct) tiles.n = desc.n / 2;
   TileLaunch l = tile_launch(tiles, args, kN);
   if (l.blocks == 0) {  // no rows: the combine's sums are 0
-    if (desc.output == GemmOutput::combined) combine::zero_output(args.combined, desc.n, stream);
+    if (desc.output == GemmOutput::combined && args.combined.tokens > 0)
+      MOEKIT_CUDA_CHECK(cudaMemsetAsync(args.combined.out, 0, sizeof(bf16) * std::size_t(args.combined.tokens * desc.n), stream));
     return;
   }
   l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
@@ -429,7 +430,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
     const CombinedOut& c = args.combined;
     require(c.slot_rows && c.out && workspace && c.top_k > 0 && c.tokens > 0 && c.tokens < (std::int64_t(1) << 31),
             "decode WGMMA GEMM + combine: slot_rows, out, workspace and tokens, top_k > 0 are required");
-    cb = {c.slot_rows, c.weights, c.row_token, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
+    cb = {c.slot_rows, c.weights, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
           int(c.tokens), c.top_k};
   }
   allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);

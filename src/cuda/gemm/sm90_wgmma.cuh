@@ -140,40 +140,6 @@ __device__ __forceinline__ void tma_load(std::uint32_t dst, const CUtensorMap* m
       : "memory");
 }
 
-// A 2-D box of the tensor map into the same shared address of every block in mask (the cluster's
-// ranks), each completing its bytes on its own barrier at bar's address.
-__device__ __forceinline__ void tma_load_multicast(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar,
-                                                   std::uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
-      : "memory");
-}
-
-// The cluster: its blocks (1 when the launch had none), this block's rank, an arrival on the barrier
-// at bar's address in block `rank`, and a barrier of all the cluster's threads (release / acquire).
-__device__ __forceinline__ int cluster_blocks() {
-  std::uint32_t n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-  return int(n);
-}
-__device__ __forceinline__ int cluster_rank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return int(r);
-}
-__device__ __forceinline__ void barrier_arrive_in(std::uint32_t bar, int rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // WGMMA shared-memory descriptor of a K-major tile with 128-byte rows, 128-byte swizzle:
 // 8-row atoms of 1024 bytes one after another (stride byte offset 1024).
 __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) {

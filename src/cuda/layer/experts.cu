@@ -28,7 +28,6 @@
 #include "cuda/permute/gather.h"
 #include "cuda/permute/plan.h"
 #include "cuda/quant/quantize.h"
-#include "cuda/routing/route.h"
 #include "moekit/quant.h"
 
 namespace moekit::cuda {
@@ -92,17 +91,6 @@ permute::PlanProblem staged_plan_problem(const MoEConfig& c, std::int64_t tokens
   return {staged_rows(c), tokens, c.top_k(), c.first_local_expert()};
 }
 
-// The layer's routing as the experts stage runs it in its first launch (the router stage's problem).
-routing::Problem routing_problem(const MoEConfig& c, std::int64_t tokens, DType logits, DType bias) {
-  routing::Problem r;
-  r.config = c.routing;
-  r.tokens = tokens;
-  r.experts = c.num_experts;
-  r.logits_dtype = logits;
-  r.bias_dtype = bias;
-  return r;
-}
-
 struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *row_expert;
   void *q1, *h1, *q2;
@@ -132,11 +120,6 @@ class Experts final : public core::ExpertsStage {
     return m.status && m.prepares;
   }
 
-  bool routes(const core::StageProblem& p) const override {
-    const Plan m = plan(p);
-    return m.status && m.routes;
-  }
-
   Status can_implement(const core::StageProblem& p) const override { return plan(p).status; }
 
   std::size_t workspace_size(const core::StageProblem& p) const override {
@@ -149,18 +132,9 @@ class Experts final : public core::ExpertsStage {
 
   void run(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const override {
     const Plan m = plan(p);
-    const bool routing_here = args.router_logits.defined();
-    require(!routing_here || (m.status && m.routes), "backend cuda: the experts stage cannot route at T=" + std::to_string(p.tokens));
-    permute::RoutingInLaunch routing;
-    if (routing_here) {
-      routing.problem = routing_problem(config_, p.tokens, args.router_logits.dtype,
-                                        weights_.bias.defined() ? weights_.bias.dtype : DType::f32);
-      routing.args = {args.router_logits.data, weights_.bias.data, args.topk_ids.ptr<std::int32_t>(), args.topk_weights.ptr<float>()};
-    }
-    const permute::RoutingInLaunch* routed = routing_here ? &routing : nullptr;
     if (m.tactic.path == TacticPath::min_latency) {
       require(args.hidden.defined() && args.out.defined(), "min-latency path: the layer's input and output are required");
-      run_min_latency(p, args, ws, stream, routed);
+      run_min_latency(p, args, ws, stream);
       return;
     }
     const Tactic& t = m.tactic;
@@ -181,8 +155,8 @@ class Experts final : public core::ExpertsStage {
     plan_args.row_expert = b.row_expert;
     const auto [g1, g2] = gemms(p, t);
     const bool combined = g2.first.output == GemmOutput::combined;
-    if (combined) require(args.out.defined(), "GEMM2 + combine: the layer's output is required");
-    if (combined && combine_needs_zeroed_workspace(t.gemm2.tile)) {  // the decode combine's counts, zero at its launch
+    if (combined) {  // GEMM2's counts per 128 columns, zero at its launch
+      require(args.out.defined(), "GEMM2 + combine: the layer's output is required");
       plan_args.zeroed = reinterpret_cast<std::int32_t*>(b.gemm2_ws.data);
       plan_args.zeroed_count = std::int64_t(b.gemm2_ws.size / sizeof(std::int32_t));
     }
@@ -196,7 +170,7 @@ class Experts final : public core::ExpertsStage {
       prepare.hidden_size = config_.hidden_size;
       prepare.fp8 = s == QuantScheme::fp8_block;
       prepare.ue8m0 = config_.quant.scale_format == ScaleFormat::ue8m0;
-      permute::run_prepared(plan_problem(p), plan_args, prepare, stream, routed);
+      permute::run_prepared(plan_problem(p), plan_args, prepare, stream);
     } else {
       permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
     }
@@ -248,7 +222,7 @@ class Experts final : public core::ExpertsStage {
     if (combined) {  // finalize's work: the weights unless they went on the input
       const bool on_input = config_.routing.effective_placement() == WeightPlacement::input;
       a2.combined = {args.slot_rows.ptr<std::int32_t>(), on_input ? nullptr : args.topk_weights.ptr<float>(),
-                     args.out.ptr<bf16>(), p.tokens, int(config_.top_k()), b.row_token};
+                     args.out.ptr<bf16>(), p.tokens, int(config_.top_k())};
     }
     run_grouped_gemm(g2.first, g2.second, a2, b.gemm2_ws.data, stream);
   }
@@ -369,7 +343,6 @@ class Experts final : public core::ExpertsStage {
     Tactic tactic;
     Status status = Status::ok();
     bool prepares = false;  // the input's preparation in the plan's launch (prepares_input)
-    bool routes = false;    // the routing in the plan's launch (routes)
     std::size_t plan_ws = 0, gather_ws = 0, act_ws = 0, gemm1_ws = 0, gemm2_ws = 0;  // when status
   };
   static constexpr std::size_t kPlansKept = 4096;  // past this many distinct T the table starts again
@@ -391,7 +364,6 @@ class Experts final : public core::ExpertsStage {
     Plan m;
     m.tactic = tactics_.choose({config_, p.tokens, max_rows(p), p.group != nullptr}).tactic;
     m.status = check(p, m.tactic);
-    m.routes = plan_routes(config_, p.tokens, m.tactic, p.group != nullptr);
     if (!m.status || m.tactic.path == TacticPath::min_latency) return m;
     const auto [g1, g2] = gemms(p, m.tactic);
     m.prepares = prepares(p);
@@ -430,10 +402,8 @@ class Experts final : public core::ExpertsStage {
     return m;
   }
 
-  void run_min_latency(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream,
-                       const permute::RoutingInLaunch* routing) const {
+  void run_min_latency(const core::StageProblem& p, const core::ExpertsArgs& args, core::Workspace ws, Stream stream) const {
     min_latency::Args a;
-    a.routing = routing;
     a.topk_ids = args.topk_ids.ptr<std::int32_t>();
     a.topk_weights = args.topk_weights.defined() ? args.topk_weights.ptr<float>() : nullptr;
     a.slot_rows = args.slot_rows.ptr<std::int32_t>();
@@ -591,15 +561,6 @@ bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expe
   return scheme && !expert_parallel && plan_takes_one_block(config, tokens);
 }
 
-bool plan_routes(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic, bool expert_parallel) {
-  if (expert_parallel || tokens <= 0 || config.routing.method == RoutingMethod::external) return false;
-  const bool min_latency = tactic.path == TacticPath::min_latency;
-  if (!min_latency && !plan_prepares_input(config, tokens, false)) return false;
-  const permute::PlanProblem plan =
-      min_latency ? min_latency::plan_problem({config, tokens}) : staged_plan_problem(config, tokens);
-  return permute::route_in_launch(plan, routing_problem(config, tokens, DType::f32, DType::f32)).is_ok();
-}
-
 bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens) {
   return tokens > 0 && permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
 }
@@ -608,10 +569,8 @@ std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tac
   const bool prepared = plan_prepares_input(config, tokens, false);
   const bool by_index = prepared && reads_rows_by_index(tactic.gemm1.tile);
   const bool activated = output_of(tactic.gemm1.tile) == GemmOutput::activated_fp8;
-  std::string s = config.routing.method == RoutingMethod::external ? "" : "routing";
-  if (plan_routes(config, tokens, tactic, false)) s += " + ";
-  else if (!s.empty()) s += ", ";
-  s += prepared ? "permutation plan + the input's quantization (one launch), " : "quantize, permutation plan, ";
+  std::string s = prepared ? "permutation plan + the input's quantization (one launch), "
+                           : "quantize, permutation plan, ";
   if (!by_index) s += "gather, ";
   s += "GEMM1 " + std::string(tile_id(tactic.gemm1.tile));
   if (by_index) s += " (rows read by index)";

@@ -25,16 +25,9 @@ bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens);
 // pipeline (which prepares its own rows), for fp8-block (H % 128 == 0) and bf16 (H % 64 == 0).
 bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expert_parallel);
 
-// Whether the layer's routing runs in the experts stage's first launch at T under `tactic` (no
-// router launch; ExpertsStage::routes): the plan's launch routes (permute::route_in_launch: T <= 32,
-// E <= 512, the weights not on the input) where it prepares the input (staged path) or on the
-// min-latency path; only for the layer's own routing (not external ids), outside expert parallelism.
-bool plan_routes(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic, bool expert_parallel);
-
-// The staged path's launches at T under `tactic` (a staged one) from router logits (from the plan on
-// for external routing), for moekit explain: e.g. "routing + permutation plan + the input's
-// quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + activation +
-// requantization, GEMM2 tokens8_n128_wgmma, finalize".
+// The staged path's launches after routing at T under `tactic` (a staged one), for moekit explain:
+// e.g. "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read
+// by index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize".
 std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic);
 
 }  // namespace moekit::cuda

@@ -21,6 +21,14 @@ std::int64_t max_entries(const Problem& p) {
   return std::min(p.config.local_experts(), slots(p)) + slots(p) / kEntryRows;
 }
 
+permute::PlanProblem plan_problem(const Problem& p) {
+  ExpertRows rows;
+  rows.format = RowFormat::contiguous;
+  rows.experts = p.config.local_experts();
+  rows.alignment = 1;
+  return {rows, p.tokens, p.config.top_k(), p.config.first_local_expert()};
+}
+
 struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *work, *done;
   float *x_scales, *act, *act_amax, *s2;
@@ -58,21 +66,14 @@ void launch_gemm1(const Problem& p, const Params& kp, cudaStream_t stream) {
   launch_dependent(gemm1_activation<kAct, kFp8>, grid, dim3(kGemm1Warps * 32), gemm1_shared<kAct>(), stream, kp);
 }
 
-// The first launch's work: the input's preparation and the plan, with or without routing.
-struct FirstLaunch {
-  permute::PlanArgs plan;
-  permute::PrepareArgs prepare;
-  const permute::RoutingInLaunch* routing;
-};
-
-// The three launches: the input's preparation with the plan (and routing), GEMM1 + activation,
-// GEMM2 + combine.
+// The three launches: the input's preparation with the plan, GEMM1 + activation, GEMM2 + combine.
 template <bool kFp8>
-void launch_all(const Problem& p, const FirstLaunch& first, const Params& kp, Stream stream, const core::StageProblem& steps) {
+void launch_all(const Problem& p, const permute::PlanArgs& plan, const permute::PrepareArgs& prepare, const Params& kp,
+                Stream stream, const core::StageProblem& steps) {
   const MoEConfig& c = p.config;
   const cudaStream_t s = as_cuda(stream);
   core::mark_step(steps, "permute", stream);
-  permute::run_prepared(plan_problem(p), first.plan, first.prepare, stream, first.routing);
+  permute::run_prepared(plan_problem(p), plan, prepare, stream);
   core::mark_step(steps, "gemm1", stream);
   switch (c.activation) {
     case Activation::silu_and_mul: launch_gemm1<Activation::silu_and_mul, kFp8>(p, kp, s); break;
@@ -86,14 +87,6 @@ void launch_all(const Problem& p, const FirstLaunch& first, const Params& kp, St
 }
 
 }  // namespace
-
-permute::PlanProblem plan_problem(const Problem& p) {
-  ExpertRows rows;
-  rows.format = RowFormat::contiguous;
-  rows.experts = p.config.local_experts();
-  rows.alignment = 1;
-  return {rows, p.tokens, p.config.top_k(), p.config.first_local_expert()};
-}
 
 Status can_implement(const Problem& p) {
   const MoEConfig& c = p.config;
@@ -204,9 +197,8 @@ void run(const Problem& p, const Args& args, core::Workspace workspace, Stream s
   kp.limit = c.swiglu_limit;
   kp.ue8m0 = c.quant.scale_format == ScaleFormat::ue8m0;
 
-  const FirstLaunch first{plan, prepare, args.routing};
-  if (c.quant.scheme == QuantScheme::bf16) launch_all<false>(p, first, kp, stream, steps);
-  else launch_all<true>(p, first, kp, stream, steps);
+  if (c.quant.scheme == QuantScheme::bf16) launch_all<false>(p, plan, prepare, kp, stream, steps);
+  else launch_all<true>(p, plan, prepare, kp, stream, steps);
 }
 
 }  // namespace moekit::cuda::min_latency

@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include "core/stages.h"
-#include "cuda/permute/plan.h"
 #include "moekit/config.h"
 
 namespace moekit::cuda::min_latency {
@@ -47,8 +46,6 @@ struct Choice {
 };
 Choice choose(const Problem& problem);
 std::size_t workspace_size(const Problem& problem);
-// The plan of the path's first launch (one block, rows unpadded).
-permute::PlanProblem plan_problem(const Problem& problem);
 
 struct Args {
   const std::int32_t* topk_ids = nullptr;  // [T, k]
@@ -60,9 +57,6 @@ struct Args {
   const void* w2 = nullptr;                // [E_local, H, I] e4m3 or bf16
   const float* w2_scales = nullptr;        // [E_local, I / 128, H / 128] (fp8)
   bf16* out = nullptr;                     // [T, H]
-  // Routing in the first launch (permute::run_prepared), writing topk_ids and topk_weights; null:
-  // they are given.
-  const permute::RoutingInLaunch* routing = nullptr;
 };
 
 // steps: the layer's problem, whose observer (if any) hears "permute", "gemm1" and "gemm2".

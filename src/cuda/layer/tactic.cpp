@@ -47,8 +47,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
         tiles.push_back(GemmTile::m128_n192_persistent);
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
         tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
-                                   GemmTile::m128_n256_persistent_act_x2, GemmTile::m128_n128_persistent_combine,
-                                   GemmTile::m128_n192_persistent_combine});
+                                   GemmTile::m128_n256_persistent_act_x2});
         if (!batch_invariant)  // N fitted to the rows
           tiles.insert(tiles.end(), {GemmTile::tokens192_n128_persistent, GemmTile::tokens192_n128_persistent_x2});
       }
@@ -87,9 +86,7 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n128_persistent_x2:
     case GemmTile::m128_n192_persistent_x2:
     case GemmTile::m128_n256_persistent_act_x2:
-    case GemmTile::tokens192_n128_persistent_x2:
-    case GemmTile::m128_n128_persistent_combine:
-    case GemmTile::m128_n192_persistent_combine: return 16;
+    case GemmTile::tokens192_n128_persistent_x2: return 16;
     default: return 0;
   }
 }
@@ -105,8 +102,6 @@ GemmTile base_tile(GemmTile tile) {
     case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
     case GemmTile::tokens8_n128_combine: return GemmTile::tokens8_n128_wgmma;
     case GemmTile::tokens16_n128_combine: return GemmTile::tokens16_n128_wgmma;
-    case GemmTile::m128_n128_persistent_combine: return GemmTile::m128_n128_persistent;
-    case GemmTile::m128_n192_persistent_combine: return GemmTile::m128_n192_persistent;
     default: return tile;
   }
 }
@@ -193,8 +188,6 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens192_n128_persistent_x2: return "tokens192_n128_persistent_x2";
     case GemmTile::tokens8_n128_combine: return "tokens8_n128_combine";
     case GemmTile::tokens16_n128_combine: return "tokens16_n128_combine";
-    case GemmTile::m128_n128_persistent_combine: return "m128_n128_persistent_combine";
-    case GemmTile::m128_n192_persistent_combine: return "m128_n192_persistent_combine";
   }
   return "";
 }
@@ -255,10 +248,9 @@ Status can_implement(const Tactic& t, const TacticProblem& p) {
   if (output_of(t.gemm2.tile) == GemmOutput::activated_fp8)
     return Status::no("GEMM2 " + std::string(tile_id(t.gemm2.tile)) + ": activates GEMM1's output, not GEMM2's");
   if (output_of(t.gemm2.tile) == GemmOutput::combined) {
-    // The decode combine's counts are zeroed by the one-block permutation plan (the persistent
-    // combine sets its own); the EP pipeline combines itself.
+    // The combine's counts are zeroed by the one-block permutation plan; the EP pipeline combines itself.
     if (p.expert_parallel) return Status::no("GEMM2 + combine: not inside the expert-parallel pipeline (it combines itself)");
-    if (combine_needs_zeroed_workspace(t.gemm2.tile) && !plan_takes_one_block(p.config, p.tokens))
+    if (!plan_takes_one_block(p.config, p.tokens))
       return Status::no("GEMM2 + combine: needs the one-block permutation plan (T k <= its slots), T=" + std::to_string(p.tokens));
   }
   return gemm_allowed("GEMM2", g.gemm2, t.gemm2.tile, g, g.sums2, p.config);

@@ -166,17 +166,6 @@ OneBlockTiling one_block_tiling(const PlanProblem& p) {
   return {int(pieces), subtiles, fixed + std::size_t(subtiles) * std::size_t(p.rows.experts) * sizeof(int)};
 }
 
-// Block 0 builds the plan (plan_in_block); the others prepare the input (prepare_rows): every step
-// in one launch, a programmatic dependent of the routing kernel (or of the caller's last one).
-__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan) {
-  extern __shared__ int shared_ints[];
-  __shared__ int scan_shared[33];
-  grid_dependency_wait();
-  launch_dependents();
-  if (blockIdx.x == 0) plan_in_block(plan, shared_ints, scan_shared);
-  else prepare_rows(q);
-}
-
 template <typename Kernel>
 void allow_shared(Kernel kernel, std::size_t bytes) {
   if (bytes > kDefaultShared) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(bytes));
@@ -256,50 +245,25 @@ OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
   return l;
 }
 
-Status route_in_launch(const PlanProblem& p, const routing::Problem& r) {
-  if (choose_path(p) != PlanPath::one_block) return Status::no("routing in the plan's launch: the plan is not one block's");
-  if (r.tokens != p.tokens || r.config.top_k != p.top_k)
-    return Status::no("routing in the plan's launch: routing and plan disagree on T or k");
-  if (r.tokens > kRoutedMaxTokens)
-    return Status::no("routing in the plan's launch: a warp per token, T <= " + std::to_string(kRoutedMaxTokens) +
-                      ", given " + std::to_string(r.tokens));
-  if (r.config.effective_placement() == WeightPlacement::input)
-    return Status::no("routing in the plan's launch: the weights go on the input, which the other blocks prepare meanwhile");
-  if (routing::scores_per_lane(r) == 0)
-    return Status::no("routing in the plan's launch: E <= " + std::to_string(routing::kMaxRegisterExperts) +
-                      " (scores in registers), given " + std::to_string(r.experts));
-  return routing::can_implement(r);
-}
-
-void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream,
-                  const RoutingInLaunch* routing) {
+void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream) {
   const Status status = can_implement(p);
   require(status.is_ok(), status.reason());
   require(choose_path(p) == PlanPath::one_block, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
   require(prepare.hidden && prepare.x && (!prepare.fp8 || prepare.x_scales) && prepare.hidden_size % (prepare.fp8 ? 128 : 64) == 0,
           "permute plan: the preparation needs hidden, x (and x_scales for fp8) and H a multiple of 128 (bf16: 64)");
-  if (routing) {
-    const Status can = route_in_launch(p, routing->problem);
-    require(can.is_ok(), can.reason());
-    routing::check_args(routing->problem, routing->args);
-    require(routing->args.topk_ids == args.topk_ids, "permute plan: routing in its launch must write the ids it plans from");
-    require(!prepare.weights, "permute plan: routing in its launch leaves no weights for the input");
-  }
   if (p.tokens == 0) return;
   const OneBlockLaunch l = one_block_launch(p, args);
   const PrepareParams q{static_cast<const std::uint16_t*>(prepare.hidden), prepare.weights,
                         static_cast<std::uint8_t*>(prepare.x), prepare.x_scales, p.tokens, int(prepare.hidden_size),
-                        prepare.fp8, prepare.ue8m0};
+                        prepare.ue8m0};
   // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
   const std::int64_t warps = p.tokens * ((ceil_div(prepare.hidden_size, 128) + 1) / 2);
   const std::int64_t preparers =
       std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(kOneBlockThreads / 32)), 1, multiprocessor_count() - 1);
   const cudaStream_t s = as_cuda(stream);
-  if (routing) {
-    launch_routed(*routing, q, l, unsigned(1 + preparers), s);
-    return;
-  }
-  launch_dependent(prepare_and_plan, dim3(unsigned(1 + preparers)), dim3(kOneBlockThreads), l.shared, s, q, l.params);
+  const dim3 grid(unsigned(1 + preparers)), block(kOneBlockThreads);
+  if (prepare.fp8) launch_dependent(prepare_and_plan<true>, grid, block, l.shared, s, q, l.params);
+  else launch_dependent(prepare_and_plan<false>, grid, block, l.shared, s, q, l.params);
 }
 
 void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, Stream stream) {

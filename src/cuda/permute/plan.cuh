@@ -52,11 +52,10 @@ struct OneBlockLaunch {
 };
 OneBlockLaunch one_block_launch(const PlanProblem& problem, const PlanArgs& args);
 
-// The local expert of slot s, or -1 (no id, another rank's expert, or past the end). A coherent
-// load: the ids may be this block's own writes (routing in the plan's launch, route_plan.cu).
+// The local expert of slot s, or -1 (no id, another rank's expert, or past the end).
 __device__ __forceinline__ int local_expert(const PlanParams& p, std::int64_t s) {
   if (s >= p.slots) return -1;
-  const int e = p.ids[s] - p.first;
+  const int e = __ldg(p.ids + s) - p.first;
   return e >= 0 && e < p.experts ? e : -1;
 }
 

@@ -15,7 +15,6 @@
 
 #include "core/stages.h"
 #include "cuda/common/rows.h"
-#include "cuda/routing/route.h"
 
 namespace moekit::cuda::permute {
 
@@ -73,19 +72,6 @@ struct PrepareArgs {
   bool fp8 = true;
   bool ue8m0 = false;
 };
-//
-// Routing in the same launch (`routing` given): block 0 first routes the T tokens, a warp each,
-// into routing->args' topk_ids (which must be args.topk_ids) and topk_weights, then plans from the
-// ids it wrote, while the other blocks prepare the input: routing, the input's preparation and the
-// plan in one launch. Where route_in_launch allows it: T <= kRoutedMaxTokens, E on routing's
-// register path (<= 512), the weights not on the input.
-struct RoutingInLaunch {
-  routing::Problem problem;
-  routing::Args args;
-};
-inline constexpr std::int64_t kRoutedMaxTokens = 32;
-Status route_in_launch(const PlanProblem& problem, const routing::Problem& routing);
-void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream,
-                  const RoutingInLaunch* routing = nullptr);
+void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream);
 
 }  // namespace moekit::cuda::permute

@@ -20,14 +20,23 @@ struct PrepareParams {
   float* x_scales;              // [T, H / 128] (fp8)
   std::int64_t tokens;
   int hidden_size;
-  bool fp8;                     // e4m3 rows and their scales, else bf16 rows
   bool ue8m0;
 };
 
-// Prepares the input rows in warps' items over blocks [1, gridDim.x) as the Prepare stage's
-// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copies
-// them (times the weight where it goes on the input).
-__device__ __forceinline__ void prepare_rows(const PrepareParams& q) {
+// Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
+// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copy it
+// (times the weight where it goes on the input): every step in one launch, a programmatic
+// dependent of the routing kernel (or of the caller's last one). Host side: run_prepared (plan.h).
+template <bool kFp8>
+__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  grid_dependency_wait();
+  launch_dependents();
+  if (blockIdx.x == 0) {
+    plan_in_block(plan, shared_ints, scan_shared);
+    return;
+  }
   const int groups = (q.hidden_size + 127) / 128, pairs = (groups + 1) / 2;
   const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
   const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
@@ -46,7 +55,7 @@ __device__ __forceinline__ void prepare_rows(const PrepareParams& q) {
       if (q.weights) x[i] = quant::prepared<true>(x[i], w);
       m = amax_step(m, x[i]);
     }
-    if (!q.fp8) {
+    if (!kFp8) {
       if (active) *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(q.x) + t * q.hidden_size + col) = pack_bf16x8(x);
       continue;
     }
@@ -57,10 +66,5 @@ __device__ __forceinline__ void prepare_rows(const PrepareParams& q) {
     }
   }
 }
-
-// The plan's launch with routing first in block 0 (route_plan.cu; run_prepared with a routing):
-// grid blocks of kOneBlockThreads, `plan` the one-block launch whose ids are routing.args.topk_ids.
-void launch_routed(const RoutingInLaunch& routing, const PrepareParams& q, const OneBlockLaunch& plan, unsigned grid,
-                   cudaStream_t stream);
 
 }  // namespace moekit::cuda::permute

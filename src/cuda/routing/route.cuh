@@ -17,7 +17,6 @@
 #include <cstdint>
 
 #include "cuda/common/vec.cuh"
-#include "cuda/routing/route.h"
 #include "cuda/routing/route_math.cuh"
 #include "moekit/config.h"
 
@@ -643,25 +642,19 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
   return warp_scratch(table, bias, bias + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, shared_keys);
 }
 
-// E <= 32V: this warp routes tokens first, first + stride, ... with V scores per lane in
-// registers, loaded W at a time (64-bit: t + the stride must not wrap for T just below 2^31).
-template <typename T, int V, int W>
-__device__ __forceinline__ void route_tokens(const KernelParams& p, const WarpScratch& w, std::int64_t first,
-                                             std::int64_t stride) {
-  RegisterScores<V, W> sc;
-  sc.lane = threadIdx.x & 31;
-  for (std::int64_t t = first; t < p.tokens; t += stride) {
-    sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
-    route_token(sc, p, w, t);
-  }
-}
-
+// E <= 32V: V scores per lane in registers, loaded W at a time.
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  route_tokens<T, V, W>(p, w, std::int64_t(blockIdx.x) * warps + warp, std::int64_t(gridDim.x) * warps);
+  RegisterScores<V, W> sc;
+  sc.lane = threadIdx.x & 31;
+  // 64-bit: t + the stride must not wrap for T just below 2^31
+  for (std::int64_t t = std::int64_t(blockIdx.x) * warps + warp; t < p.tokens; t += std::int64_t(gridDim.x) * warps) {
+    sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
+    route_token(sc, p, w, t);
+  }
 }
 
 // Any E: scores and keys in shared memory.
@@ -677,11 +670,5 @@ __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
     route_token(sc, p, w, t);
   }
 }
-
-// ---- host side (route.cu), for the launchers of these kernels --------------------------
-
-KernelParams kernel_params(const Problem& p, const Args& args);
-// Dynamic shared memory of a block whose first `warps` warps route (stage_block's layout).
-std::size_t block_shared_bytes(const KernelParams& kp, int warps);
 
 }  // namespace moekit::cuda::routing
