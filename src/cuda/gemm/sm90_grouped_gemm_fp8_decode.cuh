@@ -35,7 +35,6 @@
 
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/vec.cuh"
-#include "cuda/gemm/combine_rows.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -66,9 +65,14 @@ struct ActOut {
   bool ue8m0;
 };
 
-// GEMM2's weighted combine (GemmOutput::combined, GroupedGemmArgs::combined; out null: none): done
-// holds [ceil(N / 128)] tiles stored per column block, 0 at launch and left 0.
-using combine::CombineOut;
+// GEMM2's weighted combine (GemmOutput::combined, GroupedGemmArgs::combined): out null, none.
+struct CombineOut {
+  const std::int32_t* slot_rows;  // [tokens, top_k]
+  const float* weights;           // [tokens, top_k] or null (every weight 1)
+  std::uint16_t* out;             // [tokens, N] bf16
+  std::int32_t* done;             // [ceil(N / 128)] tiles stored per column block: 0 at launch, left 0
+  int tokens, top_k;
+};
 
 // The instances that may combine (tokens{8,16}_n128_combine): the others are built without it.
 template <int kN, bool kAct>
@@ -289,12 +293,44 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
   if (!last) return;
   __threadfence();  // the other blocks' stores, counted before ours
-  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token.
-  constexpr int kVectors = kTileN / 8;
+  // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token. The slots come
+  // kBatch at a time, their rows' loads all in flight, then are added in slot order.
+  constexpr int kVectors = kTileN / 8, kBatch = 8;
   const int vectors = min(kTileN, p.n - t.n0) / 8;
   for (int item = int(threadIdx.x) - 128; item < cb.tokens * kVectors; item += kConsumers * 128) {
     const int token = item / kVectors, v = item % kVectors;
-    if (v < vectors) combine::sum_token_columns(cb, reinterpret_cast<const std::uint16_t*>(p.d), p.n, token, t.n0 + 8 * v);
+    if (v >= vectors) continue;
+    float acc[8] = {};
+    for (int j0 = 0; j0 < cb.top_k; j0 += kBatch) {
+      int row[kBatch];
+      float w[kBatch];
+      uint4 raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const std::size_t slot = std::size_t(token) * cb.top_k + j0 + b;
+        row[b] = j0 + b < cb.top_k ? __ldg(cb.slot_rows + slot) : -1;
+        w[b] = cb.weights && j0 + b < cb.top_k ? __ldg(cb.weights + slot) : 1.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        raw[b] = row[b] >= 0 ? __ldcg(reinterpret_cast<const uint4*>(p.d + std::size_t(row[b]) * p.n + t.n0 + 8 * v))
+                             : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (row[b] < 0) continue;
+        float x[8];
+        unpack_bf16x8(raw[b], x);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w[b], x[i]) : x[i]);
+      }
+    }
+    std::uint16_t* to = cb.out + std::size_t(token) * p.n + t.n0 + 8 * v;
+    if (reinterpret_cast<std::uintptr_t>(cb.out) % 16 == 0) {
+      *reinterpret_cast<uint4*>(to) = pack_bf16x8(acc);
+    } else {  // the caller's output need only be 2-byte aligned
+#pragma unroll
+      for (int i = 0; i < 8; ++i) to[i] = f32_to_bf16(acc[i]);
+    }
   }
   if (threadIdx.x == 128) cb.done[column] = 0;  // every tile of the column block counted: ready for the next launch
 }
