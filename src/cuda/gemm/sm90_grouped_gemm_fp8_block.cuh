@@ -39,6 +39,7 @@
 #include <utility>
 
 #include "cuda/activation/activate.cuh"
+#include "core/log.h"
 #include "cuda/common/launch.h"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
@@ -622,6 +623,9 @@ inline int active_clusters(const void* kernel, int smem, int cluster, std::atomi
     int clusters = 0;
     MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.config));
     require(clusters > 0, "FP8 block GEMM: no cluster of " + std::to_string(cluster) + " blocks fits on the device");
+    core::log(core::LogLevel::debug, "FP8 block GEMM: " + std::to_string(clusters) + " clusters of " + std::to_string(cluster) +
+                                         " blocks (" + std::to_string(smem) + " B of shared memory each) resident on " +
+                                         std::to_string(multiprocessor_count()) + " SMs");
     slot.store(clusters);
   }
   return slot.load();
