@@ -67,8 +67,13 @@ if [ "${MOEKIT_TUNE_BENCH:-1}" != "0" ] && [ -f "$cache" ]; then
 fi
 
 echo
-echo "== what tuning changed (tune's own timings: CUDA graphs, cold L2, median of 20)"
+echo "== what tuning changed (tune's own timings: CUDA graphs, cold L2, median of 20, tactics side by side)"
 grep -E "^tune |\(changed\)" "$out/tune.log"
+if [ -f "$cache" ]; then
+  echo
+  echo "== the fresh cache against an additive model (GEMM1 + GEMM2): residuals are the timer's noise"
+  python3 "$root/scripts/tuning_additivity.py" "$cache"
+fi
 if [ -f "$out/bench1.json" ] && [ -f "$out/bench2.json" ]; then
   echo
   echo "== heuristic vs tuned layer (moekit bench: CUDA graphs, warm inputs rotated, median of 20; mean of both orders)"

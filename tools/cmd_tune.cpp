@@ -1,16 +1,19 @@
 // `moekit tune`: measured tactic choice for the GPU Experts step (docs/TUNE.md).
 //   per problem (a preset's synthetic layer or a layer file) and token bucket: every candidate
 //   tactic (src/cuda/layer/tactic.h) timed in the whole layer (fused routing from the generator's
-//   or the file's logits), a CUDA graph replayed with the L2 flushed before each replay (a 256 MiB
-//   memset, outside the timed events), the median of --runs; the winner and its runners-up go to
-//   the cache (--out, merged with what it holds). --verify re-times a cache's entries instead.
+//   or the file's logits), side by side: a CUDA graph per tactic, --runs rounds that replay each
+//   once with the L2 flushed before each replay (a 256 MiB memset, outside the timed events), the
+//   median per tactic; the winner and its runners-up go to the cache (--out, merged with what it
+//   holds). --verify re-times a cache's entries instead.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -60,7 +63,7 @@ struct TuneProblem {
 
   std::string measured(int runs) const {
     return name + ", routing " + std::string(to_string(config.routing.method)) + ", median of " + std::to_string(runs) +
-           " CUDA-graph replays, cold L2, moekit tune";
+           " CUDA-graph replays interleaved with the other tactics', cold L2, moekit tune";
   }
 
   static Tensor cycled(const Tensor& t, std::int64_t count) {
@@ -100,13 +103,13 @@ TuneProblem file_problem(const std::string& path, const Args& args) {
 class ProgressBar {
  public:
   explicit ProgressBar(std::string name) : name_(std::move(name)), tty_(::isatty(2) == 1), start_(Clock::now()) {}
-  void operator()(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& tactic) {
+  void operator()(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& what) {
     const double elapsed = seconds_since(start_), eta = done ? elapsed / double(done) * double(total - done) : 0;
     if (tty_) {
       const int width = 30, filled = total ? int(double(width) * double(done) / double(total)) : width;
       std::fprintf(stderr, "\r\033[Ktune %s [%s%s] %zu/%zu T=%lld %s, %.0f s, eta %.0f s", name_.c_str(),
                    std::string(std::size_t(filled), '#').c_str(), std::string(std::size_t(width - filled), '.').c_str(),
-                   done, total, static_cast<long long>(tokens), tactic.c_str(), elapsed, eta);
+                   done, total, static_cast<long long>(tokens), what.c_str(), elapsed, eta);
     } else if (tokens != last_) {
       std::fprintf(stderr, "tune %s: T=%lld (%zu/%zu measured, %.0f s, eta %.0f s)\n", name_.c_str(),
                    static_cast<long long>(tokens), done, total, elapsed, eta);
@@ -166,51 +169,83 @@ class GpuTimer final : public core::TacticTimer {
 
   const io::TuningDevice& device() const { return device_; }
 
-  double time_us(std::int64_t tokens, const std::string& tactic) override {
+  // One Layer and CUDA graph per tactic over one workspace (the graphs run one after another on one
+  // stream), then --runs rounds: each replays every graph once after an L2 flush, starting one graph
+  // later than the round before.
+  std::vector<double> time_us(std::int64_t tokens, const std::vector<std::string>& tactics) override {
     const MoEConfig& c = problem_.config;
-    LayerOptions options;
-    options.tuning.cache = "tactic " + tactic;
-    options.tuning.json = forcing_cache(device_, c, tokens, tactic);
-    // The same lookup the layer makes: the entry must be taken (not a fallback to the heuristic).
-    const cuda::TacticChooser chooser(c, core::load_tuning(options.tuning, device_), device_);
-    const cuda::TacticChoice choice = chooser.choose({c, tokens, 0, false});
-    require(choice.tuned != nullptr, "tune: " + tactic + " at T=" + std::to_string(tokens) + ": " + choice.reason);
-    const Layer layer(prepared_, options);
+    std::vector<std::unique_ptr<Layer>> layers;
+    std::size_t bytes = 1;
+    for (const std::string& tactic : tactics) {
+      LayerOptions options;
+      options.tuning.cache = "tactic " + tactic;
+      options.tuning.json = forcing_cache(device_, c, tokens, tactic);
+      // The same lookup the layer makes: the entry must be taken (not a fallback to the heuristic).
+      const cuda::TacticChooser chooser(c, core::load_tuning(options.tuning, device_), device_);
+      const cuda::TacticChoice choice = chooser.choose({c, tokens, 0, false});
+      require(choice.tuned != nullptr, "tune: " + tactic + " at T=" + std::to_string(tokens) + ": " + choice.reason);
+      layers.push_back(std::make_unique<Layer>(prepared_, options));
+      bytes = std::max(bytes, layers.back()->workspace_size(tokens));
+    }
     Inputs& in = inputs(tokens);
     const FusedArgs args{in.hidden.view(), in.logits.view(), in.out.view(), {}, {}};
-    const std::size_t bytes = layer.workspace_size(tokens);
-    DeviceTensor workspace(DType::u8, {std::int64_t(std::max<std::size_t>(bytes, 1))}, Device::cuda);
+    DeviceTensor workspace(DType::u8, {std::int64_t(bytes)}, Device::cuda);
     const Workspace ws{workspace.view().data, bytes};
-    layer.forward(args, ws, stream_);
-    cudaGraph_t graph;
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
-    layer.forward(args, ws, stream_);
-    check(cudaStreamEndCapture(stream_, &graph), "capture");
-    cudaGraphExec_t exec;
-    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(graph);
-    for (int w = 0; w < 2; ++w) check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
-    for (int r = 0; r < runs_; ++r) {
-      check(cudaMemsetAsync(flush_.view().data, r & 0xff, kFlushBytes, stream_), "flush");
-      cudaEventRecord(events_[std::size_t(2 * r)], stream_);
-      check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
-      cudaEventRecord(events_[std::size_t(2 * r + 1)], stream_);
+    Graphs graphs;
+    for (const std::unique_ptr<Layer>& layer : layers) {
+      layer->forward(args, ws, stream_);
+      cudaGraph_t graph;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+      layer->forward(args, ws, stream_);
+      check(cudaStreamEndCapture(stream_, &graph), "capture");
+      cudaGraphExec_t exec;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check(made, "cudaGraphInstantiate");
+      graphs.execs.push_back(exec);
+      for (int w = 0; w < 2; ++w) check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
     }
+    const std::size_t n = tactics.size();
+    events_.resize(std::max(events_.size(), 2 * n * std::size_t(runs_)));
+    for (cudaEvent_t& e : events_)
+      if (!e) check(cudaEventCreate(&e), "cudaEventCreate");
+    for (int r = 0; r < runs_; ++r)
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t i = (j + std::size_t(r)) % n, at = 2 * (std::size_t(r) * n + i);
+        check(cudaMemsetAsync(flush_.view().data, (r + int(j)) & 0xff, kFlushBytes, stream_), "flush");
+        cudaEventRecord(events_[at], stream_);
+        check(cudaGraphLaunch(graphs.execs[i], stream_), "cudaGraphLaunch");
+        cudaEventRecord(events_[at + 1], stream_);
+      }
     check(cudaStreamSynchronize(stream_), "the layer");
-    cudaGraphExecDestroy(exec);
-    std::vector<double> us;
-    for (int r = 0; r < runs_; ++r) {
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, events_[std::size_t(2 * r)], events_[std::size_t(2 * r + 1)]), "events");
-      us.push_back(double(ms) * 1e3);
+    std::vector<double> medians;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<double> us;
+      for (int r = 0; r < runs_; ++r) {
+        const std::size_t at = 2 * (std::size_t(r) * n + i);
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, events_[at], events_[at + 1]), "events");
+        us.push_back(double(ms) * 1e3);
+      }
+      std::sort(us.begin(), us.end());
+      medians.push_back(us[us.size() / 2]);
     }
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return medians;
   }
 
  private:
   struct Inputs {
     DeviceTensor hidden, logits, out;
+  };
+  // The instantiated graphs of one measurement, destroyed with it.
+  struct Graphs {
+    std::vector<cudaGraphExec_t> execs;
+    Graphs() = default;
+    Graphs(const Graphs&) = delete;
+    Graphs& operator=(const Graphs&) = delete;
+    ~Graphs() {
+      for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+    }
   };
   Inputs& inputs(std::int64_t tokens) {
     if (tokens_ != tokens) {
@@ -329,18 +364,21 @@ int verify(const TuneProblem& p, const std::string& file, const std::vector<std:
       ++failures;
       continue;
     }
-    const double winner = timer.time_us(t, entry->winner.tactic);
-    std::string best;
-    double best_us = winner;
+    // The winner and the runners-up that can run here, side by side.
+    std::vector<std::string> timed{entry->winner.tactic};
     for (const io::TunedTime& r : entry->runners_up) {
       const std::optional<cuda::Tactic> tactic = cuda::parse_tactic(r.tactic);
-      if (!tactic || !cuda::can_implement(*tactic, {p.config, t, 0, false})) continue;  // not a candidate here
-      const double us = timer.time_us(t, r.tactic);
-      if (us < best_us) {
-        best_us = us;
-        best = r.tactic;
-      }
+      if (tactic && cuda::can_implement(*tactic, {p.config, t, 0, false})) timed.push_back(r.tactic);
     }
+    const std::vector<double> us = timer.time_us(t, timed);
+    const double winner = us[0];
+    std::string best;
+    double best_us = winner;
+    for (std::size_t i = 1; i < us.size(); ++i)
+      if (us[i] < best_us) {
+        best_us = us[i];
+        best = timed[i];
+      }
     const bool stale = best_us < winner * (1 - kStaleMargin);
     std::printf("  T=%-6lld %s %s %.1f us (cached %.1f)", static_cast<long long>(t), stale ? "STALE" : "ok",
                 entry->winner.tactic.c_str(), winner, entry->winner.us);

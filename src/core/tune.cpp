@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moekit/error.h"
+
 namespace moekit::core {
 namespace {
 
@@ -61,24 +63,34 @@ std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, cons
   const std::vector<TuneCase> cases = plan.timed();
   const std::size_t total = plan.measurements();
   std::size_t done = 0;
+  // `fresh`: the tactics of the batch not timed before (the plan's count).
+  auto time = [&](std::int64_t tokens, const std::vector<std::string>& tactics, std::size_t fresh) {
+    if (progress) progress(done, total, tokens, std::to_string(tactics.size()) + " tactics side by side");
+    const std::vector<double> us = timer.time_us(tokens, tactics);
+    require(us.size() == tactics.size(), "tune: the timer returned " + std::to_string(us.size()) + " times for " +
+                                             std::to_string(tactics.size()) + " tactics");
+    done += fresh;
+    return us;
+  };
   std::vector<std::vector<io::TunedTime>> times;
   for (const TuneCase& c : cases) {
     std::vector<io::TunedTime>& timed = times.emplace_back();
-    auto time = [&](const std::string& tactic) {
-      if (progress) progress(done, total, c.tokens, tactic);
-      timed.push_back({tactic, timer.time_us(c.tokens, tactic)});
-      ++done;
-    };
-    for (const std::string& tactic : c.tactics) time(tactic);
-    if (timed.empty()) continue;
-    // The fastest candidate's variants, those not timed already.
-    const auto fastest = std::min_element(timed.begin(), timed.end(), [](const io::TunedTime& a, const io::TunedTime& b) {
+    if (c.tactics.empty()) continue;
+    const std::vector<double> us = time(c.tokens, c.tactics, c.tactics.size());
+    for (std::size_t i = 0; i < us.size(); ++i) timed.push_back({c.tactics[i], us[i]});
+    // The fastest candidate's variants, those not timed already, beside it again.
+    const io::TunedTime fastest = *std::min_element(timed.begin(), timed.end(), [](const io::TunedTime& a, const io::TunedTime& b) {
       return a.us < b.us;
     });
-    const auto v = c.variants.find(fastest->tactic);
+    const auto v = c.variants.find(fastest.tactic);
     if (v == c.variants.end()) continue;
+    std::vector<std::string> batch{fastest.tactic};
     for (const std::string& tactic : v->second)
-      if (std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; })) time(tactic);
+      if (std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; }))
+        batch.push_back(tactic);
+    if (batch.size() == 1) continue;
+    const std::vector<double> again = time(c.tokens, batch, batch.size() - 1);
+    for (std::size_t i = 1; i < batch.size(); ++i) timed.push_back({batch[i], again[i] / again[0] * fastest.us});
   }
   std::vector<io::TuningEntry> entries;
   if (plan.problem.batch_invariant) {

@@ -15,8 +15,12 @@ namespace moekit::core {
 class TacticTimer {
  public:
   virtual ~TacticTimer() = default;
-  // The median µs of the layer at T = tokens with the step running `tactic`.
-  virtual double time_us(std::int64_t tokens, const std::string& tactic) = 0;
+  // The median µs of the layer at T = tokens with the step running each of `tactics`, timed side by
+  // side: the replays interleaved (each round replays every tactic once, the order rotated by one a
+  // round), so that the clocks' drift over the measurement touches every tactic alike. A tactic timed
+  // alone after another (its median of consecutive replays) moved by up to 12% against the layer's
+  // additive model at deepseek-v3 T=4096 (docs/TUNE.md).
+  virtual std::vector<double> time_us(std::int64_t tokens, const std::vector<std::string>& tactics) = 0;
 };
 
 struct TuneCase {
@@ -40,18 +44,20 @@ struct TunePlan {
   std::size_t measurements() const;
 };
 
-// Called before each measurement: done of total, the case and the tactic.
-using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& tactic)>;
+// Called before each side-by-side measurement: done of total tactics timed, the case and what is timed now.
+using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& what)>;
 
 // A tactic displaces the heuristic's only when it is faster by more than this share: on the
 // H200 the timer's medians of one tactic move by up to ~2% from run to run, and the choices that
 // won by less measured 0.986-1.042 of the heuristic in the warm-input bench (docs/TUNE.md).
 inline constexpr double kTunedGain = 0.02;
 
-// Times plan.timed(); per case the fastest wins (the heuristic's tactic while it is within
-// kTunedGain of the fastest) and the others are its runners-up, fastest first
-// (ties: the earlier candidate, the heuristic first). Batch-invariant: one entry (tokens 0) whose
-// times are the geometric means over the cases.
+// Times plan.timed(): per case its candidates side by side, then the fastest candidate's variants
+// side by side with it again, each variant's time taken as its ratio to that candidate there times the
+// candidate's own time (so the two measurements compare). Per case the fastest wins (the heuristic's
+// tactic while it is within kTunedGain of the fastest) and the others are its runners-up, fastest
+// first (ties: the earlier candidate, the heuristic first). Batch-invariant: one entry (tokens 0)
+// whose times are the geometric means over the cases.
 std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, const TuneProgress& progress);
 
 }  // namespace moekit::core

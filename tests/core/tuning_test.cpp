@@ -220,14 +220,18 @@ TEST(CoreTuning, LoadingEndsWithTheCacheShippedBesideTheBinary) {
   EXPECT_NE(no_gpu.problem.find("no GPU, so no shipped cache"), std::string::npos) << no_gpu.problem;
 }
 
-// Times from a table; counts the calls.
+// Times from a table, each side-by-side measurement `drift` slower than the one before (the clocks of
+// a GPU warming up); counts the measurements.
 class FakeTimer final : public TacticTimer {
  public:
   std::map<std::pair<std::int64_t, std::string>, double> us;
+  double drift = 0;
   int calls = 0;
-  double time_us(std::int64_t tokens, const std::string& tactic) override {
-    ++calls;
-    return us.at({tokens, tactic});
+  std::vector<double> time_us(std::int64_t tokens, const std::vector<std::string>& tactics) override {
+    const double factor = 1 + drift * calls++;
+    std::vector<double> out;
+    for (const std::string& t : tactics) out.push_back(us.at({tokens, t}) * factor);
+    return out;
   }
 };
 
@@ -248,13 +252,15 @@ TEST(CoreTune, TheFastestWinsAndTheOthersFollowFastestFirst) {
   const TunePlan p = plan(false);
   EXPECT_EQ(p.measurements(), 5u);  // T=2 has one tactic: not timed
   std::vector<std::string> seen;
-  const auto entries = tune(p, timer, [&](std::size_t done, std::size_t total, std::int64_t t, const std::string& tactic) {
+  std::vector<std::size_t> done_before;
+  const auto entries = tune(p, timer, [&](std::size_t done, std::size_t total, std::int64_t t, const std::string& what) {
     EXPECT_EQ(total, 5u);
-    EXPECT_EQ(done, seen.size());
-    seen.push_back(std::to_string(t) + tactic);
+    done_before.push_back(done);
+    seen.push_back(std::to_string(t) + ": " + what);
   });
-  EXPECT_EQ(timer.calls, 5);
-  EXPECT_EQ(seen, (std::vector<std::string>{"1h", "1a", "1b", "4h", "4a"}));
+  EXPECT_EQ(timer.calls, 2);  // each case's candidates side by side
+  EXPECT_EQ(seen, (std::vector<std::string>{"1: 3 tactics side by side", "4: 2 tactics side by side"}));
+  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 3}));
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].tokens, 1);
   EXPECT_EQ(entries[0].winner.tactic, "a");
@@ -296,9 +302,12 @@ TEST(CoreTune, AnEntryKeepsAtMostTheRunnersUpACacheHolds) {
 }
 
 // Variants (a candidate's tiles on clusters, its GEMM2 with the combine) are timed for the fastest
-// candidate alone, after the candidates, and may win; the plan counts the most they may add.
-TEST(CoreTune, TheFastestCandidatesVariantsAreTimedAndMayWin) {
+// candidate alone, after the candidates, side by side with it again, and may win; the plan counts the
+// most they may add. A variant's time is its ratio to that candidate in their measurement times the
+// candidate's own: the second measurement's drift (here 10% slower) does not count against it.
+TEST(CoreTune, TheFastestCandidatesVariantsAreTimedBesideItAndMayWin) {
   FakeTimer timer;
+  timer.drift = 0.1;
   timer.us = {{{1, "h"}, 30}, {{1, "a"}, 10}, {{1, "b"}, 20}, {{1, "a2"}, 8}, {{1, "a3"}, 12},
               {{4, "h"}, 5},  {{4, "a"}, 6}};
   TunePlan p = plan(false);
@@ -306,19 +315,43 @@ TEST(CoreTune, TheFastestCandidatesVariantsAreTimedAndMayWin) {
   p.cases[2].variants = {{"a", {"a2", "a3"}}};                      // T=4: h is the fastest, it has none
   EXPECT_EQ(p.measurements(), 5u + 3u + 2u);
   std::vector<std::string> seen;
-  const auto entries = tune(p, timer, [&](std::size_t, std::size_t, std::int64_t t, const std::string& tactic) {
-    seen.push_back(std::to_string(t) + tactic);
+  std::vector<std::size_t> done_before;
+  const auto entries = tune(p, timer, [&](std::size_t done, std::size_t, std::int64_t t, const std::string& what) {
+    done_before.push_back(done);
+    seen.push_back(std::to_string(t) + ": " + what);
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"1h", "1a", "1b", "1a2", "1a3", "4h", "4a"}));
-  EXPECT_EQ(timer.calls, 7);
+  EXPECT_EQ(seen, (std::vector<std::string>{"1: 3 tactics side by side", "1: 3 tactics side by side",
+                                            "4: 2 tactics side by side"}));
+  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 3, 5}));  // a again beside a2 and a3: not counted twice
+  EXPECT_EQ(timer.calls, 3);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].winner.tactic, "a2");
+  EXPECT_EQ(entries[0].winner.us, 8.0);  // 8.8 beside a's 11 there, a's 10 in the first measurement
   ASSERT_EQ(entries[0].runners_up.size(), 4u);
   EXPECT_EQ(entries[0].runners_up[0].tactic, "a");
+  EXPECT_EQ(entries[0].runners_up[0].us, 10.0);
   EXPECT_EQ(entries[0].runners_up[1].tactic, "a3");
+  EXPECT_EQ(entries[0].runners_up[1].us, 12.0);
   EXPECT_EQ(entries[1].winner.tactic, "h");
+  EXPECT_EQ(entries[1].winner.us, 6.0);  // T=4's measurement, the third: 5 x 1.2
   p.problem.batch_invariant = true;  // the common tactics alone, no variants
   for (const TuneCase& c : p.timed()) EXPECT_TRUE(c.variants.empty());
+}
+
+// A timer that answers for fewer tactics than it was given is an error, not a shifted table.
+TEST(CoreTune, ATimerMustTimeEveryTacticItIsGiven) {
+  class Short final : public TacticTimer {
+   public:
+    std::vector<double> time_us(std::int64_t, const std::vector<std::string>& tactics) override {
+      return std::vector<double>(tactics.size() - 1, 1.0);
+    }
+  } timer;
+  try {
+    tune(plan(false), timer, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("returned 2 times for 3 tactics"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CoreTune, BatchInvariantTimesTheCommonTacticsEverywhereAndKeepsOne) {
