@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "moekit/error.h"
 
@@ -52,9 +53,12 @@ std::vector<TuneCase> TunePlan::timed() const {
 std::size_t TunePlan::measurements() const {
   std::size_t n = 0;
   for (const TuneCase& c : timed()) {
-    std::size_t most = 0;
-    for (const auto& [tactic, variants] : c.variants) most = std::max(most, variants.size());
-    n += c.tactics.size() + most;
+    std::vector<std::size_t> sizes;
+    for (const auto& [tactic, variants] : c.variants) sizes.push_back(variants.size());
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    sizes.resize(std::min(sizes.size(), kVariantLeaders));
+    n += c.tactics.size();
+    for (std::size_t s : sizes) n += s;
   }
   return n;
 }
@@ -78,19 +82,27 @@ std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, cons
     if (c.tactics.empty()) continue;
     const std::vector<double> us = time(c.tokens, c.tactics, c.tactics.size());
     for (std::size_t i = 0; i < us.size(); ++i) timed.push_back({c.tactics[i], us[i]});
-    // The fastest candidate's variants, those not timed already, beside it again.
-    const io::TunedTime fastest = *std::min_element(timed.begin(), timed.end(), [](const io::TunedTime& a, const io::TunedTime& b) {
-      return a.us < b.us;
-    });
-    const auto v = c.variants.find(fastest.tactic);
-    if (v == c.variants.end()) continue;
-    std::vector<std::string> batch{fastest.tactic};
-    for (const std::string& tactic : v->second)
-      if (std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; }))
-        batch.push_back(tactic);
-    if (batch.size() == 1) continue;
-    const std::vector<double> again = time(c.tokens, batch, batch.size() - 1);
-    for (std::size_t i = 1; i < batch.size(); ++i) timed.push_back({batch[i], again[i] / again[0] * fastest.us});
+    // The leaders' variants, those not timed already, beside the leaders again.
+    std::vector<io::TunedTime> leaders = timed;
+    std::stable_sort(leaders.begin(), leaders.end(), [](const io::TunedTime& a, const io::TunedTime& b) { return a.us < b.us; });
+    leaders.resize(std::min(leaders.size(), kVariantLeaders));
+    std::vector<std::string> batch;
+    for (const io::TunedTime& l : leaders) batch.push_back(l.tactic);
+    const std::size_t first_variant = batch.size();
+    for (const io::TunedTime& l : leaders) {
+      const auto v = c.variants.find(l.tactic);
+      if (v == c.variants.end()) continue;
+      for (const std::string& tactic : v->second)
+        if (std::find(batch.begin(), batch.end(), tactic) == batch.end() &&
+            std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; }))
+          batch.push_back(tactic);
+    }
+    if (batch.size() == first_variant) continue;
+    const std::vector<double> again = time(c.tokens, batch, batch.size() - first_variant);
+    double log_drift = 0;
+    for (std::size_t i = 0; i < first_variant; ++i) log_drift += std::log(leaders[i].us / again[i]);
+    const double drift = std::exp(log_drift / double(first_variant));
+    for (std::size_t i = first_variant; i < batch.size(); ++i) timed.push_back({batch[i], again[i] * drift});
   }
   std::vector<io::TuningEntry> entries;
   if (plan.problem.batch_invariant) {

@@ -27,7 +27,7 @@ struct TuneCase {
   std::int64_t tokens = 0;           // a bucket, timed at T = tokens
   std::vector<std::string> tactics;  // the candidates at T, the heuristic's first
   // Variants of a candidate (its tiles on clusters, its GEMM2 with the combine), timed after the
-  // candidates for the fastest of them alone: variants[tactic], none where absent.
+  // candidates for the kVariantLeaders fastest of them: variants[tactic], none where absent.
   std::map<std::string, std::vector<std::string>> variants;
 };
 
@@ -40,9 +40,16 @@ struct TunePlan {
   // problem times the tactics that every case can run, at every case, or nothing when only one can
   // (and no variants).
   std::vector<TuneCase> timed() const;
-  // At most this many: each timed case's candidates and its candidate's most variants.
+  // At most this many: each timed case's candidates and the variants of its kVariantLeaders
+  // candidates with the most.
   std::size_t measurements() const;
 };
+
+// The candidates whose variants are timed: the fastest three. A variant of the fastest alone missed
+// the tile that measured fastest by itself: at deepseek-v3 T=4096 GEMM2's 128 x 192 tile on clusters
+// (1420.7 against 1594.2 us for the best one-block tile, docs/perf-log/grouped-gemm.md G9) while
+// the fastest candidate's GEMM2 was the 128 x 128 tile.
+inline constexpr std::size_t kVariantLeaders = 3;
 
 // Called before each side-by-side measurement: done of total tactics timed, the case and what is timed now.
 using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& what)>;
@@ -52,9 +59,9 @@ using TuneProgress = std::function<void(std::size_t done, std::size_t total, std
 // won by less measured 0.986-1.042 of the heuristic in the warm-input bench (docs/TUNE.md).
 inline constexpr double kTunedGain = 0.02;
 
-// Times plan.timed(): per case its candidates side by side, then the fastest candidate's variants
-// side by side with it again, each variant's time taken as its ratio to that candidate there times the
-// candidate's own time (so the two measurements compare). Per case the fastest wins (the heuristic's
+// Times plan.timed(): per case its candidates side by side, then the kVariantLeaders fastest
+// candidates again side by side with their variants, each variant's time scaled by the leaders' own
+// drift between the two measurements (the geometric mean of first / again), so that they compare. Per case the fastest wins (the heuristic's
 // tactic while it is within kTunedGain of the fastest) and the others are its runners-up, fastest
 // first (ties: the earlier candidate, the heuristic first). Batch-invariant: one entry (tokens 0)
 // whose times are the geometric means over the cases.

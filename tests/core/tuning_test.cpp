@@ -301,39 +301,49 @@ TEST(CoreTune, AnEntryKeepsAtMostTheRunnersUpACacheHolds) {
   EXPECT_EQ(t.find(1)->winner.tactic, "t0");
 }
 
-// Variants (a candidate's tiles on clusters, its GEMM2 with the combine) are timed for the fastest
-// candidate alone, after the candidates, side by side with it again, and may win; the plan counts the
-// most they may add. A variant's time is its ratio to that candidate in their measurement times the
-// candidate's own: the second measurement's drift (here 10% slower) does not count against it.
-TEST(CoreTune, TheFastestCandidatesVariantsAreTimedBesideItAndMayWin) {
+// Variants (a candidate's tiles on clusters, its GEMM2 with the combine) are timed for the three
+// fastest candidates, after the candidates, side by side with those again, and may win; the plan
+// counts the most they may add. A variant's time is scaled by the leaders' drift between the two
+// measurements (here each measurement 10% slower than the one before): it does not count against it.
+TEST(CoreTune, TheLeadersVariantsAreTimedBesideThemAndMayWin) {
   FakeTimer timer;
   timer.drift = 0.1;
-  timer.us = {{{1, "h"}, 30}, {{1, "a"}, 10}, {{1, "b"}, 20}, {{1, "a2"}, 8}, {{1, "a3"}, 12},
-              {{4, "h"}, 5},  {{4, "a"}, 6}};
+  timer.us = {{{1, "h"}, 30}, {{1, "a"}, 10}, {{1, "b"}, 20}, {{1, "c"}, 40}, {{1, "a2"}, 8}, {{1, "a3"}, 12},
+              {{1, "b2"}, 9}, {{4, "h"}, 5},  {{4, "a"}, 6},  {{4, "a2"}, 7}};
   TunePlan p = plan(false);
-  p.cases[0].variants = {{"a", {"a2", "a3", "b"}}, {"b", {"b2"}}};  // b: timed already; b2: b is not the fastest
-  p.cases[2].variants = {{"a", {"a2", "a3"}}};                      // T=4: h is the fastest, it has none
-  EXPECT_EQ(p.measurements(), 5u + 3u + 2u);
+  p.cases[0].tactics.push_back("c");
+  // a's b: timed already; b2 twice: timed once; c is fourth, its c2 not timed.
+  p.cases[0].variants = {{"a", {"a2", "a3", "b"}}, {"b", {"b2"}}, {"h", {"b2"}}, {"c", {"c2"}}};
+  p.cases[2].variants = {{"a", {"a2"}}};  // T=4: the second candidate's variant
+  EXPECT_EQ(p.measurements(), 6u + (3u + 1u + 1u) + 1u);
   std::vector<std::string> seen;
   std::vector<std::size_t> done_before;
   const auto entries = tune(p, timer, [&](std::size_t done, std::size_t, std::int64_t t, const std::string& what) {
     done_before.push_back(done);
     seen.push_back(std::to_string(t) + ": " + what);
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"1: 3 tactics side by side", "1: 3 tactics side by side",
-                                            "4: 2 tactics side by side"}));
-  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 3, 5}));  // a again beside a2 and a3: not counted twice
-  EXPECT_EQ(timer.calls, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"1: 4 tactics side by side", "1: 6 tactics side by side",
+                                            "4: 2 tactics side by side", "4: 3 tactics side by side"}));
+  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 4, 7, 9}));  // the leaders again: not counted twice
+  EXPECT_EQ(timer.calls, 4);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].winner.tactic, "a2");
-  EXPECT_EQ(entries[0].winner.us, 8.0);  // 8.8 beside a's 11 there, a's 10 in the first measurement
-  ASSERT_EQ(entries[0].runners_up.size(), 4u);
-  EXPECT_EQ(entries[0].runners_up[0].tactic, "a");
-  EXPECT_EQ(entries[0].runners_up[0].us, 10.0);
-  EXPECT_EQ(entries[0].runners_up[1].tactic, "a3");
-  EXPECT_EQ(entries[0].runners_up[1].us, 12.0);
+  EXPECT_EQ(entries[0].winner.us, 8.0);  // 8.8 beside the leaders 10% slower than they first measured
+  ASSERT_EQ(entries[0].runners_up.size(), 6u);
+  EXPECT_EQ(entries[0].runners_up[0].tactic, "b2");
+  EXPECT_EQ(entries[0].runners_up[0].us, 9.0);
+  EXPECT_EQ(entries[0].runners_up[1].tactic, "a");
+  EXPECT_EQ(entries[0].runners_up[1].us, 10.0);
+  EXPECT_EQ(entries[0].runners_up[2].tactic, "a3");
+  EXPECT_EQ(entries[0].runners_up[2].us, 12.0);
+  for (const io::TunedTime& t : entries[0].runners_up) EXPECT_NE(t.tactic, "c2");
+  // T=4 measured third (x 1.2), its variants fourth (x 1.3), scaled back to the third's drift.
   EXPECT_EQ(entries[1].winner.tactic, "h");
-  EXPECT_EQ(entries[1].winner.us, 6.0);  // T=4's measurement, the third: 5 x 1.2
+  EXPECT_EQ(entries[1].winner.us, 6.0);
+  ASSERT_EQ(entries[1].runners_up.size(), 2u);
+  EXPECT_EQ(entries[1].runners_up[0].tactic, "a");
+  EXPECT_EQ(entries[1].runners_up[1].tactic, "a2");
+  EXPECT_EQ(entries[1].runners_up[1].us, 8.4);
   p.problem.batch_invariant = true;  // the common tactics alone, no variants
   for (const TuneCase& c : p.timed()) EXPECT_TRUE(c.variants.empty());
 }
