@@ -642,18 +642,23 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
   return warp_scratch(table, bias, bias + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, shared_keys);
 }
 
-// E <= 32V: V scores per lane in registers, loaded W at a time.
+// E <= 32V: V scores per lane in registers, loaded W at a time. The warp's first logits are loaded
+// before the block stages its tables, so that the two loads' latencies overlap (at decode sizes the
+// kernel is one warp's chain of dependent steps).
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
-  const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   RegisterScores<V, W> sc;
   sc.lane = threadIdx.x & 31;
   // 64-bit: t + the stride must not wrap for T just below 2^31
-  for (std::int64_t t = std::int64_t(blockIdx.x) * warps + warp; t < p.tokens; t += std::int64_t(gridDim.x) * warps) {
-    sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
+  const std::int64_t stride = std::int64_t(gridDim.x) * warps;
+  std::int64_t t = std::int64_t(blockIdx.x) * warps + warp;
+  if (t < p.tokens) sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
+  const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
+  for (; t < p.tokens; t += stride) {
     route_token(sc, p, w, t);
+    if (t + stride < p.tokens) sc.load(static_cast<const T*>(p.logits) + (t + stride) * p.experts, p.experts);
   }
 }
 
