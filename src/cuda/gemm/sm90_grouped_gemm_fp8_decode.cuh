@@ -6,9 +6,10 @@
 // weighted combine) and sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
 //   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
 //      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. A block
-//      finds its tiles in a table of each group's first tile that one warp builds in shared memory
-//      from one load of every count (a scan over the counts in global memory per tile cost ~3 us
-//      before the first load at deepseek-v3's 256 groups)
+//      finds its tiles in a table of each group's first tile and first row that one warp builds in
+//      shared memory from one load of every count and offset (a scan over the counts in global memory
+//      per tile cost ~3 us before the first load at deepseek-v3's 256 groups; a tile's offsets read
+//      from global memory put a round trip between the table and the first TMA)
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
 //      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
 //      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory.
@@ -92,16 +93,18 @@ struct Shape {
   // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
   static constexpr int kSmemBytes =
       1024 + kStages * kStageBytes + kMaxBytes + 2 * kStages * 8 + 32 + kStages * (kN + kWTiles) * 4;
-  static constexpr int kTableBytes = 4 * (1024 + 1);  // fp8_decode's static tile table
+  static constexpr int kTableBytes = 2 * 4 * (1024 + 1);  // fp8_decode's static tile table and row offsets
   static_assert((kSmemBytes + kTableBytes) * kBlocksPerSm <= 228 * 1024 - kBlocksPerSm * 1024, "two blocks to an H200 SM");
 };
 
 // The tile table: first[g] the number of group g's first tile (the tiles of kN rows over N's
-// 128-column tiles, group after group, as find_tile counts them), first[groups] all tiles. One warp,
-// each lane a run of consecutive groups, every count loaded at once.
+// 128-column tiles, group after group, as find_tile counts them), first[groups] all tiles; row0[g]
+// offsets[g] (g <= groups), so that a tile's rows come from shared memory too: its first loads need
+// no global round trip after the table. One warp, each lane a run of consecutive groups, every count
+// and offset loaded at once.
 constexpr int kMaxGroups = 1024;
 template <int kN>
-__device__ void build_tile_table(const Params& p, int* first) {
+__device__ void build_tile_table(const Params& p, int* first, int* row0) {
   const int lane = int(threadIdx.x % 32);
   const int n_tiles = (p.n + kTileN - 1) / kTileN;
   const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;
@@ -110,6 +113,7 @@ __device__ void build_tile_table(const Params& p, int* first) {
   for (int i = 0; i < kMaxGroups / 32; ++i) {
     const int g = g0 + i;
     tiles[i] = i < per_lane && g < p.groups ? (rows_of(p, g) + kN - 1) / kN * n_tiles : 0;
+    if (i < per_lane && g < p.groups) row0[g] = p.offsets[g];
   }
   int sum = 0;
 #pragma unroll
@@ -127,13 +131,16 @@ __device__ void build_tile_table(const Params& p, int* first) {
     if (i < per_lane && g < p.groups) first[g] = at;
     at += tiles[i];
   }
-  if (lane == 31) first[p.groups] = inclusive;
+  if (lane == 31) {
+    first[p.groups] = inclusive;
+    row0[p.groups] = p.offsets[p.groups];
+  }
 }
 
 // The index-th tile (index < first[groups]): its group by binary search in the table. Every lane of
 // a warp.
 template <int kN>
-__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, int index) {
+__device__ __forceinline__ Tile table_tile(const Params& p, const int* first, const int* row0, int index) {
   int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
@@ -142,8 +149,8 @@ __device__ __forceinline__ Tile table_tile(const Params& p, const int* first, in
   }
   Tile t;
   t.group = lo;
-  t.row0 = p.offsets[lo];
-  t.padded = p.offsets[lo + 1] - t.row0;
+  t.row0 = row0[lo];
+  t.padded = row0[lo + 1] - t.row0;
   t.rows = rows_of(p, lo);
   const int m_tiles = (t.rows + kN - 1) / kN, u = index - first[lo];
   t.m0 = u % m_tiles * kN;
@@ -345,10 +352,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
   float* maxima = reinterpret_cast<float*>(smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024) +
                                            S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
-  __shared__ int tile_first[kMaxGroups + 1];  // the tile table (build_tile_table)
+  __shared__ int tile_first[kMaxGroups + 1], tile_row0[kMaxGroups + 1];  // the tile table (build_tile_table)
   __shared__ int combine_last;                 // combine_after_tile's
   if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
-  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first, tile_row0);
   __syncthreads();
   const int tiles = tile_first[p.groups];
   if (kCombines<kN, kAct> && cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
@@ -366,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (threadIdx.x >= 32) return;
     int position = 0;
     for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x))
-      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, table_tile<kN>(p, tile_first, index), ring, position);
+      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, table_tile<kN>(p, tile_first, tile_row0, index), ring, position);
     return;
   }
 
@@ -382,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
   int position = 0, tiles_done = 0;
   for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x), ++tiles_done) {
-    const Tile t = table_tile<kN>(p, tile_first, index);
+    const Tile t = table_tile<kN>(p, tile_first, tile_row0, index);
 #pragma unroll
     for (int w = 0; w < S::kWTiles; ++w)
 #pragma unroll
