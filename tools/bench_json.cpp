@@ -73,6 +73,7 @@ void write_bench_json(const std::string& path, const BenchRecord& r) {
     };
     steps("host_steps", c.host_steps);
     steps("stages", c.stages);
+    steps("graph_stages", c.graph_stages);
     j << "}";
   }
   j << "\n]}\n";

@@ -23,7 +23,8 @@ struct BenchCase {
   double floor_us = 0;                                 // 0 without ceilings (CPU)
   double host_us = 0;                                  // GPU: the median host time of one eager call (enqueue, no wait)
   std::vector<std::pair<std::string, double>> host_steps;  // GPU: where that host time goes, per step
-  std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs
+  std::vector<std::pair<std::string, double>> stages;  // --stages: each step's µs, eager
+  std::vector<std::pair<std::string, double>> graph_stages;  // --stages, graph cases: each step's µs in graph replays
   std::string tuning;                                  // --tuning-cache: the cache the layer read ("" not given)
   std::string tuning_read;                             // what the layer made of it: its entries, or why none
   double routed_us = 0, shared_us = 0;                 // --shared-experts: the layer's two parts timed apart

@@ -34,14 +34,23 @@ void StepTimes::step(std::string_view name, Stream stream) {
     if (cudaEventCreate(&e) != cudaSuccess) throw Error("cudaEventCreate failed");
     events_.push_back(e);
   }
-  cudaEventRecord(static_cast<cudaEvent_t>(events_[names_.size() - 1]), static_cast<cudaStream_t>(stream));
+  const auto e = static_cast<cudaEvent_t>(events_[names_.size() - 1]);
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) throw Error("step timing: cudaStreamIsCapturing failed");
+  // In a capture, an event node of the graph (without the flag the record would only order the capture).
+  if (capture == cudaStreamCaptureStatusActive) {
+    if (cudaEventRecordWithFlags(e, s, cudaEventRecordExternal) != cudaSuccess)
+      throw Error("step timing: cudaEventRecordWithFlags failed");
+  } else {
+    cudaEventRecord(e, s);
+  }
 #else
   (void)stream;
 #endif
 }
 
-std::vector<std::pair<std::string, double>> StepTimes::finish() {
-  active_ = false;
+std::vector<std::pair<std::string, double>> StepTimes::elapsed() const {
   std::vector<std::pair<std::string, double>> steps;
   for (std::size_t i = 0; i + 1 < names_.size(); ++i) {
     double us = 0;

@@ -25,12 +25,21 @@ class StepTimes final : public StepObserver {
   StepTimes(const StepTimes&) = delete;
   StepTimes& operator=(const StepTimes&) = delete;
 
-  // Marks are kept from begin() until the forward is done; inactive otherwise (graph capture).
+  // Marks are kept from begin() until finish() or hold(); inactive otherwise. A forward captured in
+  // a CUDA graph meanwhile records each mark as an event node: every replay of the graph records the
+  // same events again.
   void begin(StepClock clock = StepClock::device);
   void step(std::string_view name, Stream stream) override;
-  // After the device finished the forward: each step's µs, in the order they ran ("end" closes
-  // the last one). Deactivates.
-  std::vector<std::pair<std::string, double>> finish();
+  // Stops marking and keeps the marks (a graph captured since begin(), read after each replay).
+  void hold() { active_ = false; }
+  // After the device finished the forward (or a replay): each step's µs, in the order they ran
+  // ("end" closes the last one).
+  std::vector<std::pair<std::string, double>> elapsed() const;
+  // elapsed() of an eager forward; deactivates.
+  std::vector<std::pair<std::string, double>> finish() {
+    hold();
+    return elapsed();
+  }
 
  private:
   Device device_;

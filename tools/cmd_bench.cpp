@@ -265,6 +265,51 @@ std::vector<std::pair<std::string, double>> time_steps(Device device, int runs, 
   return out;
 }
 
+// Each step's median µs over `runs` replays of the forward captured in CUDA graphs (one per input
+// set) with the steps' marks as event nodes between the kernels: what each step takes in the replays
+// the layer's time comes from, launch gaps included (the eager steps add the host's). The nodes keep
+// a kernel from starting before the previous one ends (no programmatic overlap across a mark).
+std::vector<std::pair<std::string, double>> time_graph_steps(int runs, StepTimes& steps,
+                                                             [[maybe_unused]] const std::function<void(int, Stream)>& call) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> samples;
+#ifdef MOEKIT_HAVE_CUDA
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::vector<cudaGraphExec_t> graphs;
+  for (int s = 0; s < kInputSets; ++s) {
+    cudaGraph_t g;
+    steps.begin(StepClock::device);
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    call(s, stream);
+    check(cudaStreamEndCapture(stream, &g), "capture");
+    steps.hold();
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(g);
+    graphs.push_back(exec);
+  }
+  // Every set's graph records the same events (the marks' order is the same): read after each replay.
+  for (int i = 0; i < runs + 3; ++i) {
+    check(cudaGraphLaunch(graphs[std::size_t(i % kInputSets)], stream), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(stream), "layer");
+    if (i < 3) continue;
+    for (const auto& [name, us] : steps.elapsed()) {
+      if (!samples.count(name)) order.push_back(name);
+      samples[name].push_back(us);
+    }
+  }
+  for (auto g : graphs) cudaGraphExecDestroy(g);
+  cudaStreamDestroy(stream);
+#else
+  (void)runs;
+  (void)steps;
+#endif
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string& name : order) out.emplace_back(name, median(samples[name]));
+  return out;
+}
+
 // "name 1.2 | name 3.4 | sum 4.6"
 std::string steps_line(const std::vector<std::pair<std::string, double>>& steps) {
   double sum = 0;
@@ -300,6 +345,8 @@ void print_case(const BenchCase& r) {
                 r.routed_us + r.shared_us, r.us, r.us / (r.routed_us + r.shared_us));
   if (!r.stages.empty())
     std::printf("    stages (µs, eager, events between steps): %s\n", steps_line(r.stages).c_str());
+  if (!r.graph_stages.empty())
+    std::printf("    stages (µs, graph replays, event nodes between steps): %s\n", steps_line(r.graph_stages).c_str());
   std::fflush(stdout);
 }
 
@@ -396,6 +443,7 @@ void bench_problem(const Problem& p, const Settings& settings, const std::string
       r.host_steps = time_steps(device, runs, steps, StepClock::host, call);
     }
     if (settings.stages) r.stages = time_steps(device, runs, steps, StepClock::device, call);
+    if (settings.stages && r.graph) r.graph_stages = time_graph_steps(runs, steps, call);
     if (apart) time_apart(*apart, options, settings, in, runs, r);
     results.push_back(r);
     print_case(r);
@@ -420,7 +468,8 @@ int cmd_bench(int argc, char** argv) {
        "parts run apart (the routed layer, then the shared experts alone)"},
       {"backend", true, "auto|cpu|... (default auto)"},
       {"graph", true, "auto|on|off: replay CUDA graphs (auto: T <= 512)"},
-      {"stages", false, "also time each step of the layer (eager calls, events between the steps)"},
+      {"stages", false, "also time each step of the layer: eager calls with events between the steps, and (graph "
+                        "cases) graph replays with event nodes between them"},
       {"runs", true, "timed calls per case (default 20 on a GPU, 3 on the CPU)"},
       {"seed", true, "seed of weights and inputs (default 1)"},
       skew_flag(),
