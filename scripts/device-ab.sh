@@ -57,7 +57,7 @@ for patch in "$patches"/*.patch; do
   apply "$patch" -R
 done
 
-echo "== summary (us: the layer under CUDA graphs; eager steps)"
+echo "== summary (us: the layer under CUDA graphs; eager steps; steps in graph replays)"
 python3 - "$out" "${variants[@]}" <<'PY'
 import json, os, sys
 out, names = sys.argv[1], sys.argv[2:]
@@ -69,6 +69,9 @@ for name in names:
         for c in json.load(open(os.path.join(out, f)))["cases"]:
             steps = " ".join(f"{k}={v:.1f}" for k, v in (c.get("stages") or {}).items())
             print(f"{name:12s} {preset:14s} T={c['tokens']:<5d} {c['us']:8.1f} us  {steps}")
+            graph = " ".join(f"{k}={v:.1f}" for k, v in (c.get("graph_stages") or {}).items())
+            if graph:
+                print(f"{'':12s} {'':14s} {'':7s} {'':8s}    graph: {graph}")
 PY
 # At most 8 files come back from a lent machine: everything in one archive.
 (cd "$out" && tar czf ab.tgz --remove-files -- ab_* build.log 2>/dev/null)
