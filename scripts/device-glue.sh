@@ -146,6 +146,8 @@ if [[ " $steps " == *" tune "* ]]; then
     echo "tuned in $((SECONDS - start)) s"
   done
   cache=(--tuning-cache "$out/h200.json")
+  echo "== the cache's staged times against an additive model (residuals: the tuner's noise)"
+  python3 "$root/scripts/tuning_additivity.py" "$out/h200.json"
 fi
 
 if [[ " $steps " == *" peers "* ]]; then
@@ -173,6 +175,8 @@ for c in m["cases"]:
     steps = " ".join(f"{k}={x:.1f}" for k, x in c.get("stages", {}).items())
     p, gbs = peer.get(t, (float("nan"), float("nan")))
     print(f"T={t:>5} moekit {c['us']:8.1f} us  vLLM GEMMs {p:8.1f} us ({gbs:.0f} GB/s)  {steps}")
+    graph = " ".join(f"{k}={x:.1f}" for k, x in c.get("graph_stages", {}).items())
+    if graph: print(f"        steps in graph replays: {graph}")
 PY
   done
 fi

@@ -39,7 +39,7 @@ def residuals(table):
 
 
 def main(paths):
-    print(f"{'cache':24} {'E':>4} {'H':>5} {'T':>6} {'tactics':>7} {'rms %':>6} {'max %':>6}  winner's residual %")
+    print(f"{'cache':24} {'E':>4} {'H':>5} {'T':>6} {'tactics':>7} {'rms %':>6} {'max %':>6}  {'winner %':>8}  timed")
     for path in paths:
         for e in json.load(open(path))["entries"]:
             table = staged_times(e)
@@ -50,9 +50,11 @@ def main(paths):
             words = dict(w.split("=", 1) for w in e["winner"]["tactic"].split()[1:] if "=" in w)
             mine = r.get((words.get("gemm1"), words.get("gemm2")))
             p = e["problem"]
+            # moekit tune says how it timed in each entry's "measured"
+            timed = "side by side" if "interleaved" in e.get("measured", "") else "one after another"
+            winner = "-" if mine is None else f"{mine:+.1f}"
             print(f"{path[-24:]:24} {p['experts']:>4} {p['hidden']:>5} {e['tokens']:>6} {len(table):>7} "
-                  f"{rms:>6.1f} {max(abs(x) for x in r.values()):>6.1f}  "
-                  + ("-" if mine is None else f"{mine:+.1f}"))
+                  f"{rms:>6.1f} {max(abs(x) for x in r.values()):>6.1f}  {winner:>8}  {timed}")
 
 
 if __name__ == "__main__":
