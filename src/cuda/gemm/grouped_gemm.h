@@ -62,6 +62,8 @@ enum class GemmTile : std::uint8_t {
   tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
   tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's
                           //   columns of every token's k rows
+  tokens8_n64_wgmma,      // the decode kernel with 64 W rows a tile (one consumer warpgroup): twice the
+                          //   tiles, each SM's share of W even where 128-row tiles come a few per SM
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), D and the
@@ -84,7 +86,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
     GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens192_n128_persistent_x2,
-    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine};
+    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine, GemmTile::tokens8_n64_wgmma};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

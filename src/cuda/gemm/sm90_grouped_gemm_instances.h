@@ -44,7 +44,8 @@
   X(GemmKind::fp8_block, GemmTile::m128_n256_persistent_act_x2, fp8_block_act_x2) \
   X(GemmKind::fp8_block, GemmTile::tokens192_n128_persistent_x2, fp8_block_swap_x2) \
   X(GemmKind::fp8_block, GemmTile::tokens8_n128_combine, fp8_block_decode8_combine) \
-  X(GemmKind::fp8_block, GemmTile::tokens16_n128_combine, fp8_block_decode16_combine)
+  X(GemmKind::fp8_block, GemmTile::tokens16_n128_combine, fp8_block_decode16_combine) \
+  X(GemmKind::fp8_block, GemmTile::tokens8_n64_wgmma, fp8_block_decode8_n64)
 
 namespace moekit::cuda::sm90 {
 
