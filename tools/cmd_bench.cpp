@@ -177,6 +177,21 @@ struct Settings {
   std::vector<std::string> tuning{""};  // --tuning-cache: one pass per cache ("": the layer's default)
 };
 
+#ifdef MOEKIT_HAVE_CUDA
+// call(set, stream) captured in a CUDA graph on `stream` and instantiated.
+cudaGraphExec_t capture_call(cudaStream_t stream, int set, const std::function<void(int, Stream)>& call) {
+  cudaGraph_t g;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  call(set, stream);
+  check(cudaStreamEndCapture(stream, &g), "capture");
+  cudaGraphExec_t exec;
+  const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  check(made, "cudaGraphInstantiate");
+  return exec;
+}
+#endif
+
 // Median µs of `runs` calls of call(set, stream), set rotating over the input sets; on the GPU
 // replayed from one CUDA graph per set when `graph`.
 double time_calls(Device device, int runs, [[maybe_unused]] bool graph, const std::function<void(int, Stream)>& call) {
@@ -193,16 +208,7 @@ double time_calls(Device device, int runs, [[maybe_unused]] bool graph, const st
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::vector<cudaGraphExec_t> graphs;
-  for (int s = 0; graph && s < kInputSets; ++s) {
-    cudaGraph_t g;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    call(s, stream);
-    check(cudaStreamEndCapture(stream, &g), "capture");
-    cudaGraphExec_t exec;
-    check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(g);
-    graphs.push_back(exec);
-  }
+  for (int s = 0; graph && s < kInputSets; ++s) graphs.push_back(capture_call(stream, s, call));
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -296,17 +302,9 @@ std::vector<std::pair<std::string, double>> time_graph_steps(int runs, StepTimes
   } r{steps, nullptr, {}};
   check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (int s = 0; s < kInputSets; ++s) {
-    cudaGraph_t g;
     steps.begin(StepClock::device);
-    check(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), "capture");
-    call(s, r.stream);
-    check(cudaStreamEndCapture(r.stream, &g), "capture");
+    r.graphs.push_back(capture_call(r.stream, s, call));
     steps.hold();
-    cudaGraphExec_t exec;
-    const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    check(made, "cudaGraphInstantiate");
-    r.graphs.push_back(exec);
   }
   // Every set's graph records the same events (the marks' order is the same): read after each replay.
   for (int i = 0; i < runs + 3; ++i) {

@@ -1,6 +1,7 @@
-// Grouped GEMM instances: fp8_block with tokens{8,16,32}_n128_wgmma, tokens8_n64_wgmma and tokens{8,16}_n128_combine (see
-// sm90_grouped_gemm_instances.h): moekit's decode kernel (sm90_grouped_gemm_fp8_decode.cuh), bf16 out;
-// the same kernels with GEMM2's weighted combine after the tiles (GemmOutput::combined).
+// Grouped GEMM instances: fp8_block with tokens{8,16,32}_n128_wgmma, tokens8_n64_wgmma and
+// tokens{8,16}_n128_combine (see sm90_grouped_gemm_instances.h): moekit's decode kernel
+// (sm90_grouped_gemm_fp8_decode.cuh), bf16 out; the same kernels with GEMM2's weighted combine after
+// the tiles (GemmOutput::combined).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_decode.cuh"
 
 namespace moekit::cuda::sm90 {

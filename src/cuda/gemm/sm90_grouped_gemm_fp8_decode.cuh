@@ -4,7 +4,7 @@
 // stream is. fp8_block, f32 promotion every 128 of K (four chained WGMMAs; `fast`, the
 // tensor_core sums of gemm_sums). Instances: sm90_grouped_gemm_fp8_decode.cu (bf16 out; GEMM2 + the
 // weighted combine) and sm90_grouped_gemm_fp8_decode_act.cu (GEMM1 + activation + requantization).
-//   1. persistent blocks (two per SM) walk the (group, kN-row tile, 128-column tile) tiles of
+//   1. persistent blocks (two per SM) walk the (group, kN-row tile, kW-column tile) tiles of
 //      sm90_wgmma.cuh, b, b + grid, ...; the ring of stages runs on across a block's tiles. A block
 //      finds its tiles in a table of each group's first tile and first row that one warp builds in
 //      shared memory from one load of every count and offset (a scan over the counts in global memory
@@ -103,10 +103,9 @@ struct Shape {
 };
 
 // The tile table: first[g] the number of group g's first tile (the tiles of kN rows over N's
-// kW-column tiles, group after group), first[groups] all tiles; row0[g]
-// offsets[g] (g <= groups), so that a tile's rows come from shared memory too: its first loads need
-// no global round trip after the table. One warp, each lane a run of consecutive groups, every count
-// and offset loaded at once.
+// kW-column tiles, group after group), first[groups] all tiles; row0[g] = offsets[g] (g <= groups),
+// so that a tile's rows come from shared memory too: its first loads need no global round trip after
+// the table. One warp, each lane a run of consecutive groups, every count and offset loaded at once.
 constexpr int kMaxGroups = 1024;
 template <int kN, int kW>
 __device__ void build_tile_table(const Params& p, int* first, int* row0) {

@@ -94,8 +94,8 @@ double min_rows_per_group(GemmTile tile) {
 }
 
 // The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters,
-// the decode GEMM2 with the combine, the decode tile of 64 W rows. Candidates take the base tiles; the tuner times the variants of
-// the three fastest candidates (tactic_variants, core::kVariantLeaders).
+// the decode GEMM2 with the combine, the decode tile of 64 W rows. Candidates take the base tiles;
+// the tuner times the variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent_x2: return GemmTile::m128_n128_persistent;
