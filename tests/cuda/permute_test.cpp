@@ -328,6 +328,113 @@ TEST(CudaPermute, PlanCasesCoverBothPaths) {
   EXPECT_EQ(choose_path(Problem{{RowFormat::masked, 256, 16, 257}, 33, 8, 0}), PlanPath::multi_kernel);
 }
 
+// The plan's launch with the input's preparation (run_prepared), with and without the L2 prefetch
+// of four weight ranges (per-expert sizes off the 16-byte grid, one of several 64 KB chunks): the
+// plan is the CPU's and the prepared rows and scales are the same bits either way. Bad prefetch
+// arguments are refused by name before anything runs.
+TEST(CudaPermute, PreparedPlanWithTheL2PrefetchGivesTheSameBits) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  constexpr std::int64_t kHidden = 384;
+  const std::int64_t range_bytes[cuda::permute::kL2Ranges] = {200000, 1000, 37, 64 * 1024};
+  for (const Case& c : {Case{1, 8, 128, false, 16, RowFormat::contiguous, 0, Spread::uniform},
+                        Case{3, 8, 60, true, 16, RowFormat::contiguous, 0, Spread::skewed},
+                        Case{8, 8, 256, false, 16, RowFormat::contiguous, 0, Spread::one_expert},
+                        Case{64, 1, 8, false, 16, RowFormat::contiguous, 0, Spread::uniform}}) {
+    SCOPED_TRACE(name(c));
+    const std::vector<std::int32_t> ids = make_ids(c, rng);
+    const Expected x = expected_plan(c, ids);
+    DeviceArray<std::int32_t> d_ids(ids);
+    std::vector<std::uint16_t> hidden(std::size_t(c.tokens * kHidden));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::uint16_t& h : hidden) {
+      const float v = normal(rng);
+      std::uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      h = std::uint16_t(bits >> 16);
+    }
+    DeviceArray<std::uint16_t> d_hidden(hidden);
+    std::vector<DeviceArray<std::uint8_t>> weights;
+    cuda::permute::L2Prefetch l2;
+    for (const std::int64_t bytes : range_bytes) {
+      weights.emplace_back(std::size_t(bytes * c.local));
+      l2.ranges[l2.count++] = {weights.back().data(), bytes};
+    }
+    std::vector<std::vector<std::int32_t>> plans[2];
+    std::vector<std::uint8_t> x_out[2];
+    std::vector<float> scales_out[2];
+    for (const int with : {0, 1}) {
+      DevicePlan d;
+      d.counts = DeviceArray<std::int32_t>(std::size_t(c.local));
+      d.offsets = DeviceArray<std::int32_t>(std::size_t(c.local + 1));
+      d.slot_rows = DeviceArray<std::int32_t>(std::size_t(c.tokens * c.top_k));
+      d.row_token = DeviceArray<std::int32_t>(std::size_t(x.max_rows));
+      d.row_expert = DeviceArray<std::int32_t>(std::size_t(x.max_rows));
+      DeviceArray<std::uint8_t> q(std::size_t(c.tokens * kHidden));
+      DeviceArray<float> q_scales(std::size_t(c.tokens * kHidden / 128));
+      for (auto* a : {&d.counts, &d.offsets, &d.slot_rows, &d.row_token, &d.row_expert}) a->poison();
+      q.poison();
+      q_scales.poison();
+      cuda::permute::PrepareArgs prepare;
+      prepare.hidden = d_hidden.data();
+      prepare.x = q.data();
+      prepare.x_scales = q_scales.data();
+      prepare.hidden_size = kHidden;
+      if (with) prepare.l2 = l2;
+      cuda::permute::run_prepared(plan_problem(c),
+                                  {d_ids.data(), d.counts.data(), d.offsets.data(), d.slot_rows.data(), d.row_token.data(),
+                                   d.row_expert.data()},
+                                  prepare, nullptr);
+      test::sync_and_check();
+      plans[with] = {d.counts.download(), d.offsets.download(), d.slot_rows.download(), d.row_token.download(),
+                     d.row_expert.download()};
+      x_out[with] = q.download();
+      scales_out[with] = q_scales.download();
+    }
+    EXPECT_EQ(plans[1], (std::vector<std::vector<std::int32_t>>{x.counts, x.offsets, x.slot_rows, x.row_token, x.row_expert}));
+    EXPECT_EQ(plans[0], plans[1]);
+    EXPECT_EQ(x_out[0], x_out[1]);
+    EXPECT_EQ(std::memcmp(scales_out[0].data(), scales_out[1].data(), scales_out[0].size() * 4), 0);
+  }
+
+  const Case one{1, 8, 128, false, 16, RowFormat::contiguous, 0, Spread::uniform};
+  DeviceArray<std::int32_t> d_ids(std::vector<std::int32_t>(8, 0));
+  DeviceArray<std::uint16_t> d_hidden(static_cast<std::size_t>(kHidden));
+  DeviceArray<std::uint8_t> q(static_cast<std::size_t>(kHidden)), w(1024);
+  DeviceArray<float> q_scales(3);
+  DevicePlan d;
+  d.counts = DeviceArray<std::int32_t>(128);
+  d.offsets = DeviceArray<std::int32_t>(129);
+  d.slot_rows = DeviceArray<std::int32_t>(8);
+  d.row_token = DeviceArray<std::int32_t>(std::size_t(plan_problem(one).max_rows()));
+  auto refused = [&](const Case& c, const cuda::permute::L2Prefetch& l2, const std::string& words) {
+    cuda::permute::PrepareArgs prepare;
+    prepare.hidden = d_hidden.data();
+    prepare.x = q.data();
+    prepare.x_scales = q_scales.data();
+    prepare.hidden_size = kHidden;
+    prepare.l2 = l2;
+    try {
+      cuda::permute::run_prepared(plan_problem(c), {d_ids.data(), d.counts.data(), d.offsets.data(), d.slot_rows.data(), d.row_token.data()},
+                                  prepare, nullptr);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  cuda::permute::L2Prefetch l2;
+  l2.ranges[0] = {w.data(), 8};
+  l2.count = 1;
+  refused({65, 1, 128, false, 16, RowFormat::contiguous, 0, Spread::uniform}, l2, "the L2 prefetch takes T k <= 64");
+  l2.count = cuda::permute::kL2Ranges + 1;
+  refused(one, l2, "at most 4 L2 prefetch ranges");
+  l2.count = 2;  // the second range has no base
+  refused(one, l2, "an L2 prefetch range needs a base and bytes per expert");
+  test::sync_and_check();
+}
+
 TEST(CudaPermute, RejectsBadLayouts) {
   EXPECT_FALSE(cuda::permute::can_implement(cuda::permute::PlanProblem{{RowFormat::masked, 8, 1, 0}, 4, 2, 0}));
   EXPECT_FALSE(cuda::permute::can_implement(cuda::permute::PlanProblem{{RowFormat::contiguous, 0, 1, 0}, 4, 2, 0}));
