@@ -573,12 +573,12 @@ Status l2_prefetch_fits(const MoEConfig& config, std::int64_t tokens, bool exper
   const std::int64_t slots = tokens * config.top_k();
   if (slots > permute::kL2Slots)
     return Status::no("L2 prefetch: T k <= " + std::to_string(permute::kL2Slots) + ", given " + std::to_string(slots));
-  const std::int64_t value = config.quant.scheme == QuantScheme::bf16 ? 2 : 1;
-  const std::int64_t per_expert = (config.gemm1_width() + config.intermediate_size) * config.hidden_size * value;
-  const std::int64_t bytes = std::min(slots, config.local_experts()) * per_expert, budget = (l2_bytes < 0 ? device_info().l2_bytes : l2_bytes) / 4 * 3;
+  const std::int64_t value = config.quant.scheme == QuantScheme::bf16 ? 2 : 1, experts = std::min(slots, config.local_experts());
+  const std::int64_t bytes = experts * (config.gemm1_width() + config.intermediate_size) * config.hidden_size * value;
+  const std::int64_t budget = (l2_bytes < 0 ? device_info().l2_bytes : l2_bytes) / 4 * 3;
   if (bytes > budget)
-    return Status::no("L2 prefetch: the weights of " + std::to_string(std::min(slots, config.local_experts())) + " experts (" +
-                      std::to_string(bytes >> 20) + " MiB) exceed 3/4 of the L2 (" + std::to_string(budget >> 20) + " MiB)");
+    return Status::no("L2 prefetch: the weights of " + std::to_string(experts) + " experts (" + std::to_string(bytes >> 20) +
+                      " MiB) exceed 3/4 of the L2 (" + std::to_string(budget >> 20) + " MiB)");
   return Status::ok();
 }
 
