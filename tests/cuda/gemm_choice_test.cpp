@@ -96,6 +96,7 @@ TEST(CudaGemmChoice, ComputedRowsAreTheTilesRowTiles) {
       {GemmTile::tokens8_n128_wgmma, 3, 8},           {GemmTile::tokens32_n128_wgmma, 33, 64},
       {GemmTile::rows8_warp_mma, 9, 16},              {GemmTile::m128_n128_f16, 127, 128},
       {GemmTile::m128_n128_persistent_k32, 130, 192}, {GemmTile::m128_n128_persistent_k32, 20, 64},
+      {GemmTile::m128_n160_persistent, 257, 320},
   };
   for (const auto& c : cases)
     EXPECT_EQ(cuda::computed_rows(c.tile, c.rows), c.computed) << cuda::to_string(c.tile) << ", " << c.rows << " rows";

@@ -55,6 +55,7 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens16_n128_wgmma: return "16 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::tokens32_n128_wgmma: return "32 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
+    case GemmTile::m128_n160_persistent: return "128x160 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
     case GemmTile::tokens192_n128_persistent: return "<=192 rows x 128 persistent wgmma (W as A), f32 every 128 K";
@@ -196,6 +197,7 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m192_n128_wgmma:
     case GemmTile::m192_n128_wgmma_k128: return rows / 192 * 192 + up(rows % 192, 64);  // idle warpgroups leave
     case GemmTile::m128_n128_persistent:
+    case GemmTile::m128_n160_persistent:
     case GemmTile::m128_n192_persistent:
     case GemmTile::m128_n256_persistent_act:
     case GemmTile::m128_n128_persistent_k32:

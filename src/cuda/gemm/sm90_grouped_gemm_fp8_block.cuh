@@ -1,9 +1,9 @@
 // moekit's FP8 block-scaled grouped GEMM for prefill (fp8_block: 1x128 A scales, 128x128 W scales),
-// contiguous layout, problem sizes on the GPU. Instances: sm90_grouped_gemm_fp8_block_n{128,192}.cu,
+// contiguous layout, problem sizes on the GPU. Instances: sm90_grouped_gemm_fp8_block_n{128,160,192}.cu,
 // sm90_grouped_gemm_fp8_block_act.cu (f32 promotion every 128 of K, kSumK 128: DESIGN §8 `fast`) and
 // sm90_grouped_gemm_fp8_block_k32.cu (kSumK 32, 128 columns: `exact`, GEMM1 requantized next). Tiles:
-//   kN 128, 192   128 rows x kN W rows of the group, bf16 out (a 192-wide W tile straddles two scale
-//                 blocks: two W scales per K block)
+//   kN 128-192    128 rows x kN W rows of the group, bf16 out (a 160- or 192-wide W tile straddles
+//                 two scale blocks: two W scales per K block)
 //   kN 256, kAct  GEMM1 + activation + requantization (activated_fp8): 128 rows x 128 output channels
 //                 [n0, n0 + 128), whose gate rows [n0, n0 + 128) and up rows [I + n0, ...) of W come
 //                 as two boxes; each warpgroup's rows then hold a whole 128-channel scale block, which
@@ -24,10 +24,10 @@
 //      the WGMMAs are done. kN 128: two part buffers, the next stage's WGMMAs run while this one's
 //      part is promoted; kSumK 32: each of the four WGMMAs from zero, promoted alone, the parts
 //      taking turns by WGMMA. A warpgroup with no rows in the tile (a group's last, short tile) skips it
-//   5. out for the rows of the group that carry data (counts): bf16 through a per-warp staging buffer
-//      (stmatrix, then 16-byte stores of whole rows' sectors), or the activated FP8 rows and their
-//      scales (GEMM1's outputs rounded to bf16 first, as the activation stage reads them); nothing
-//      else is written
+//   5. out (sm90_grouped_gemm_fp8_block_epilogue.cuh) for the rows of the group that carry data
+//      (counts): bf16 through a per-warp staging buffer (stmatrix, then 16-byte stores of whole rows'
+//      sectors), or the activated FP8 rows and their scales (GEMM1's outputs rounded to bf16 first,
+//      as the activation stage reads them); nothing else is written
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +41,7 @@
 #include "core/log.h"
 #include "cuda/activation/activate.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/gemm/sm90_grouped_gemm_fp8_block_epilogue.cuh"
 #include "cuda/gemm/sm90_grouped_gemm_instances.h"
 #include "cuda/gemm/sm90_wgmma.cuh"
 
@@ -60,25 +61,15 @@ constexpr int kStagingBytes = 16 * 64;       // a warp's 16 rows x 32 bf16 colum
 // a W scale block with the next (a 192-wide tile's second).
 constexpr int kAScaleBox = kRows + 4, kAScaleSlot = 160, kWScaleBox = 8;
 
-// GEMM1's activated FP8 output (kN 256 with an activation): q [rows, I], scales in GEMM2's layout
-// (group e's [I/128, padded] at offsets[e] * I/128, rows contiguous).
-struct ActOut {
-  std::uint8_t* q;
-  float* scales;
-  int inter;
-  float alpha, limit;
-  bool ue8m0;
-};
-
 template <int kN>
 struct Shape {
-  static_assert(kN == 128 || kN == 192 || kN == 256, "column tiles of 128, 192, or 256 (gate and up)");
+  static_assert(kN == 128 || kN == 160 || kN == 192 || kN == 256, "column tiles of 128, 160, 192, or 256 (gate and up)");
   static constexpr bool kPaired = kN == 256;              // gate and up halves of 128
   static constexpr int kOutCols = kPaired ? 128 : kN;     // output columns of a tile
   static constexpr int kWgmmaN = kPaired ? 128 : kN;      // one WGMMA's N
   static constexpr int kABytes = kRows * kTileK;
   static constexpr int kStageBytes = kABytes + kN * kTileK;  // whole 1024-byte swizzle atoms
-  static constexpr int kStages = kN == 256 ? 4 : kN == 192 ? 5 : 6;
+  static constexpr int kStages = kN == 256 ? 4 : kN > 128 ? 5 : 6;
   static_assert(kTileSlots > kStages, "a tile slot is rewritten only after its first stage came back");
   // Shared memory after the 1024-byte alignment: the stages' tiles, their A scales [stages][160] (a
   // box of kAScaleBox) and W scales [stages][2][32] (boxes of kWScaleBox in 128-byte slots: the
@@ -274,87 +265,6 @@ __device__ __forceinline__ TileTable build_table(const Params& p, int tile_rows,
   }
   __syncthreads();
   return {table, p.groups, n_tiles, warp_uniform(table[p.groups - 1])};
-}
-
-__device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-// A warp's 16 rows of a bf16 tile out: rows [row, row + 16) of the tile (local), kN columns from
-// t.n0, acc as the WGMMA left it (acc[i]: row lane / 4 (i % 4 < 2) or + 8, column 8 (i / 4) + 2 (lane
-// % 4) + i % 2). 32 columns at a time go through the warp's staging buffer (stmatrix: 16 rows of 64
-// bytes, the 16-byte chunks swizzled by row so that neither side conflicts), then each lane stores
-// 16 bytes: whole sectors of a row. Rows past the group's data and columns past N are not written.
-template <int kN>
-__device__ __forceinline__ void store_staged(const Params& p, const Tile& t, const float (&acc)[kN / 2], int row,
-                                             std::uint8_t* staging) {
-  const int lane = int(threadIdx.x % 32);
-  const std::uint32_t buf = smem_address(staging);
-  // stmatrix x4: lane l gives row l % 8 of matrix l / 8 (rows 8 (m % 2) + l % 8, 8 columns 8 (m / 2))
-  const int s_row = 8 * ((lane / 8) % 2) + lane % 8, s_chunk = lane / 16;
-#pragma unroll
-  for (int c0 = 0; c0 < kN; c0 += 32) {
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {  // columns c0 + 16 pair + [0, 16): accumulator groups j, j + 1
-      const int j = c0 / 8 + 2 * pair;
-      const int chunk = 2 * pair + s_chunk;
-      const std::uint32_t at = buf + std::uint32_t(s_row * 64 + ((chunk ^ (s_row / 2 % 4)) * 16));
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-                   "r"(bf16x2_bits(acc[4 * j], acc[4 * j + 1])), "r"(bf16x2_bits(acc[4 * j + 2], acc[4 * j + 3])),
-                   "r"(bf16x2_bits(acc[4 * j + 4], acc[4 * j + 5])), "r"(bf16x2_bits(acc[4 * j + 6], acc[4 * j + 7]))
-                   : "memory");
-    }
-    __syncwarp();
-#pragma unroll
-    for (int it = 0; it < 2; ++it) {  // 16 rows x 4 chunks of 16 bytes
-      const int r = (lane + 32 * it) / 4, chunk = lane % 4;
-      const uint4 v = *reinterpret_cast<const uint4*>(staging + r * 64 + ((chunk ^ (r / 2 % 4)) * 16));
-      const int col = t.n0 + c0 + 8 * chunk;
-      if (t.m0 + row + r < t.rows && col < p.n)
-        *reinterpret_cast<uint4*>(p.d + (std::size_t(t.row0) + t.m0 + row + r) * p.n + col) = v;
-    }
-    __syncwarp();
-  }
-}
-
-// GEMM1's activated rows lo and lo + 8 of the tile (gate and up accumulators of the same 64 x 128
-// channels): each row's 128 channels are one 1x128 block, held by the 4 lanes of a quad. gate is
-// overwritten by the activated values.
-template <Activation kAct>
-__device__ __forceinline__ void store_activated(const Params& p, const ActOut& out, const Tile& t, float (&gate)[64],
-                                                const float (&up)[64], int lo) {
-  const int lane = int(threadIdx.x % 32);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float m = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {  // 8 values at a time: 4 column groups of 8, 2 values each
-      float g[8], u[8], x[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = 4 * (4 * c + i / 2) + 2 * half + i % 2;
-        g[i] = round_to_bf16(gate[r]);
-        u[i] = round_to_bf16(up[r]);
-      }
-      activation::activate_values<kAct>(g, u, out.alpha, out.limit, x);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        gate[4 * (4 * c + i / 2) + 2 * half + i % 2] = x[i];
-        m = amax_step(m, x[i]);
-      }
-    }
-    const float scale = fp8_scale(group_max<4>(m), out.ue8m0);
-    const int row = lo + 8 * half;
-    if (row >= t.rows) continue;
-    const ScaleDivision division(scale, true);
-    std::uint8_t* q = out.q + (std::size_t(t.row0) + row) * out.inter + t.n0 + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      *reinterpret_cast<std::uint16_t*>(q + 8 * j) = fp8x2(division(gate[4 * j + 2 * half]), division(gate[4 * j + 2 * half + 1]));
-    if (lane % 4 == 0)
-      out.scales[std::size_t(t.row0) * (out.inter / kTileK) + std::size_t(t.n0 / kTileK) * t.padded + row] = scale;
-  }
 }
 
 template <int kN, Activation kAct, int kSumK>
@@ -571,7 +481,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     };
-    if (kN == 192 && split == 64) k_loop(std::integral_constant<int, 64>{});
+    if (kN == 160 && split == 32) k_loop(std::integral_constant<int, 32>{});
+    else if (kN > 128 && split == 64) k_loop(std::integral_constant<int, 64>{});
+    else if (kN == 160 && split == 96) k_loop(std::integral_constant<int, 96>{});
     else k_loop(std::integral_constant<int, kTileN>{});
     if constexpr (S::kPaired) store_activated<kAct>(p, act, t, acc, acc_up, t.m0 + local);
     else store_staged<kN>(p, t, acc, c * 64 + warp * 16, staging);

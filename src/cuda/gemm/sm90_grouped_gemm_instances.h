@@ -1,7 +1,7 @@
 // The list of compiled grouped GEMM kernels: (kind, tile, name). Each has its own file
 // sm90_grouped_gemm_<name>.cu so that the heavy CUTLASS translation units build in parallel
 // (rows8, wgmma, f16, decode and the persistent block-scaled tiles are moekit's own kernels, in
-// sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16,decode,decode_act,block_n128,block_n192,block_act,
+// sm90_grouped_gemm_fp8_{block_rows8,wgmma,wgmma_k128,f16,decode,decode_act,block_n128,block_n160,block_n192,block_act,
 // block_swap,block_k32}.cu).
 #pragma once
 
@@ -45,7 +45,8 @@
   X(GemmKind::fp8_block, GemmTile::tokens192_n128_persistent_x2, fp8_block_swap_x2) \
   X(GemmKind::fp8_block, GemmTile::tokens8_n128_combine, fp8_block_decode8_combine) \
   X(GemmKind::fp8_block, GemmTile::tokens16_n128_combine, fp8_block_decode16_combine) \
-  X(GemmKind::fp8_block, GemmTile::tokens8_n64_wgmma, fp8_block_decode8_n64)
+  X(GemmKind::fp8_block, GemmTile::tokens8_n64_wgmma, fp8_block_decode8_n64)       \
+  X(GemmKind::fp8_block, GemmTile::m128_n160_persistent, fp8_block_n160)
 
 namespace moekit::cuda::sm90 {
 

@@ -45,6 +45,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
       if (kind == GemmKind::fp8_channel && !batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma_k128);
       if (kind == GemmKind::fp8_block) {
         tiles.push_back(GemmTile::m128_n128_persistent);
+        tiles.push_back(GemmTile::m128_n160_persistent);
         tiles.push_back(GemmTile::m128_n192_persistent);
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
         tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
@@ -81,6 +82,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
 double min_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent:
+    case GemmTile::m128_n160_persistent:
     case GemmTile::m128_n192_persistent:
     case GemmTile::m128_n256_persistent_act:
     case GemmTile::tokens192_n128_persistent:
@@ -94,12 +96,14 @@ double min_rows_per_group(GemmTile tile) {
 }
 
 // The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters,
-// the decode GEMM2 with the combine, the decode tile of 64 W rows. Candidates take the base tiles;
+// the 160-column persistent tiles (of the 192-column ones), the decode GEMM2 with the combine, the
+// decode tile of 64 W rows. Candidates take the base tiles;
 // the tuner times the variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent_x2: return GemmTile::m128_n128_persistent;
-    case GemmTile::m128_n192_persistent_x2: return GemmTile::m128_n192_persistent;
+    case GemmTile::m128_n192_persistent_x2:
+    case GemmTile::m128_n160_persistent: return GemmTile::m128_n192_persistent;
     case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
     case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
     case GemmTile::tokens8_n128_combine:
@@ -179,6 +183,7 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens16_n128_wgmma: return "tokens16_n128_wgmma";
     case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
     case GemmTile::m128_n128_persistent: return "m128_n128_persistent";
+    case GemmTile::m128_n160_persistent: return "m128_n160_persistent";
     case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
     case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
     case GemmTile::tokens192_n128_persistent: return "tokens192_n128_persistent";
