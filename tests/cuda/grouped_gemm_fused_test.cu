@@ -23,9 +23,11 @@
 namespace moekit::test {
 namespace {
 
-// The clusters of two blocks (A multicast) compute each tile as the one-block tiles do: the same
-// bits, on skewed groups (one hot, most empty, a partial last K block), column tiles of an odd count
-// (a cluster's second tile past N), unpadded and in the layer's padded layout, bf16 and activated out.
+// The clusters of two blocks (A multicast) compute each tile as the one-block tiles do, and the TMA
+// bulk stores write what the lanes' stores write: the same bits, on skewed groups (one hot, most
+// empty, a partial last K block, groups' last rows short of a warp's 16: the lanes store those),
+// column tiles of an odd count (a cluster's second tile past N), unpadded and in the layer's padded
+// layout, bf16 and activated out.
 TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = fresh_seed();
@@ -40,6 +42,8 @@ TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
     GemmTile one, two;
   } pairs[] = {{GemmTile::m128_n128_persistent, GemmTile::m128_n128_persistent_x2},
                {GemmTile::m128_n192_persistent, GemmTile::m128_n192_persistent_x2},
+               {GemmTile::m128_n128_persistent, GemmTile::m128_n128_persistent_tma},
+               {GemmTile::m128_n192_persistent, GemmTile::m128_n192_persistent_tma},
                {GemmTile::tokens192_n128_persistent, GemmTile::tokens192_n128_persistent_x2},
                {GemmTile::m128_n256_persistent_act, GemmTile::m128_n256_persistent_act_x2}};
   for (const Shape& s : shapes)

@@ -90,6 +90,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
                      : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
                      : info.param.tile == GemmTile::m128_n160_persistent ? "_persistent160_"
+                     : info.param.tile == GemmTile::m128_n128_persistent_tma ? "_persistent128_tma_"
+                     : info.param.tile == GemmTile::m128_n192_persistent_tma ? "_persistent192_tma_"
                      : info.param.tile == GemmTile::m128_n192_persistent ? "_persistent192_"
                      : info.param.tile == GemmTile::tokens192_n128_persistent ? "_swapped_"
                      : info.param.tile == GemmTile::m128_n128_persistent_k32 ? "_persistent128_k32_"
@@ -208,7 +210,8 @@ std::vector<Case> all_cases() {
                             GemmTile::m64_n128_wgmma, GemmTile::m128_n128_f16, GemmTile::m64_n128_f16,
                             GemmTile::m128_n128_persistent, GemmTile::m128_n160_persistent,
                             GemmTile::m128_n192_persistent, GemmTile::tokens192_n128_persistent,
-                            GemmTile::m128_n128_persistent_k32,
+                            GemmTile::m128_n128_persistent_k32, GemmTile::m128_n128_persistent_tma,
+                            GemmTile::m128_n192_persistent_tma,
                             GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
                             GemmTile::tokens192_n128_persistent_x2})
         if (cuda::can_implement({kind, 1, 16, 16, 16, 16}, {tile}))
@@ -267,13 +270,16 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n160_persistent,
-                                           GemmTile::m128_n192_persistent,
+                                           GemmTile::m128_n192_persistent, GemmTile::m128_n128_persistent_tma,
+                                           GemmTile::m128_n192_persistent_tma,
                                            GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32,
                                            GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
                                            GemmTile::tokens192_n128_persistent_x2),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            return info.param == GemmTile::m128_n128_persistent       ? std::string("n128")
                                   : info.param == GemmTile::m128_n160_persistent     ? std::string("n160")
+                                  : info.param == GemmTile::m128_n128_persistent_tma ? std::string("n128_tma")
+                                  : info.param == GemmTile::m128_n192_persistent_tma ? std::string("n192_tma")
                                   : info.param == GemmTile::m128_n192_persistent     ? std::string("n192")
                                   : info.param == GemmTile::m128_n128_persistent_k32 ? std::string("n128_k32")
                                   : info.param == GemmTile::m128_n128_persistent_x2  ? std::string("n128_x2")

@@ -123,8 +123,10 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 // kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds),
 // and the variants of the kVariantLeaders candidates with the most per bucket (the cluster and
 // combine tiles and the decode tile of 64 W rows: the second round, 1626 in all with one leader and
-// no 64-row tile, 1869 with it; the 160-column persistent tiles as variants of the 192-column ones,
-// 1980 now: 111 more at the prefill buckets; a decode bucket's measurement takes ~10-20 ms).
+// no 64-row tile, 1869 with it; the 160-column persistent tiles as variants of the 192-column ones
+// and the TMA-store twins of the 128- and 192-column ones, 2221 now: 352 more, all at the prefill
+// buckets (deepseek-v3's six from T=512 took 34.3 s for 260); a decode bucket's measurement takes
+// ~10-20 ms).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
@@ -147,7 +149,7 @@ TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
     }
   }
   RecordProperty("measurements", int(n));
-  EXPECT_LE(n, 2000u);
+  EXPECT_LE(n, 2300u);
   EXPECT_GE(n, 60u);
 }
 

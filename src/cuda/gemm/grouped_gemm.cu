@@ -57,6 +57,8 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n160_persistent: return "128x160 persistent wgmma, f32 every 128 K";
     case GemmTile::m128_n192_persistent: return "128x192 persistent wgmma, f32 every 128 K";
+    case GemmTile::m128_n128_persistent_tma: return "128x128 persistent wgmma, TMA stores out, f32 every 128 K";
+    case GemmTile::m128_n192_persistent_tma: return "128x192 persistent wgmma, TMA stores out, f32 every 128 K";
     case GemmTile::m128_n256_persistent_act: return "128x(128+128) persistent wgmma + activation, f32 every 128 K";
     case GemmTile::tokens192_n128_persistent: return "<=192 rows x 128 persistent wgmma (W as A), f32 every 128 K";
     case GemmTile::m128_n128_persistent_k32: return "128x128 persistent wgmma, f32 every 32 K";
@@ -199,6 +201,8 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m128_n128_persistent:
     case GemmTile::m128_n160_persistent:
     case GemmTile::m128_n192_persistent:
+    case GemmTile::m128_n128_persistent_tma:
+    case GemmTile::m128_n192_persistent_tma:
     case GemmTile::m128_n256_persistent_act:
     case GemmTile::m128_n128_persistent_k32:
     case GemmTile::m128_n128_persistent_x2:

@@ -66,6 +66,8 @@ enum class GemmTile : std::uint8_t {
                           //   tiles, each SM's share of W even where 128-row tiles come a few per SM
   m128_n160_persistent,   // the persistent tiles 160 columns wide (straddling 2 W scales, as 192): N
                           //   in 160-wide tiles where 128 and 192 leave the SMs' last wave short
+  m128_n128_persistent_tma,  // the persistent 128 x 128 and 128 x 192 tiles writing their bf16 rows by
+  m128_n192_persistent_tma,  //   TMA bulk stores (16 rows x 32 columns a store, two buffers a warp)
 };
 
 // What a tile writes: the activated FP8 rows (m128_n256_persistent_act, tokens*_n256_act), D and the
@@ -89,7 +91,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
     GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens192_n128_persistent_x2,
     GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine, GemmTile::tokens8_n64_wgmma,
-    GemmTile::m128_n160_persistent};
+    GemmTile::m128_n160_persistent,  GemmTile::m128_n128_persistent_tma, GemmTile::m128_n192_persistent_tma};
 
 std::string_view to_string(GemmKind kind);
 std::string_view to_string(GemmTile tile);

@@ -56,7 +56,6 @@ constexpr int kMaxGroups = 1024;             // the tile table's entries in shar
 constexpr int kTileSlots = 8;                // tiles the producer may run ahead (> stages)
 constexpr int kProducerRegisters = 40;
 constexpr int kMathRegisters = 232;
-constexpr int kStagingBytes = 16 * 64;       // a warp's 16 rows x 32 bf16 columns of output
 // Scale boxes (TMA boxes start 16 bytes aligned: 4 floats early at most): a tile's 128 A scales, and
 // a W scale block with the next (a 192-wide tile's second).
 constexpr int kAScaleBox = kRows + 4, kAScaleSlot = 160, kWScaleBox = 8;
@@ -73,12 +72,13 @@ struct Shape {
   static_assert(kTileSlots > kStages, "a tile slot is rewritten only after its first stage came back");
   // Shared memory after the 1024-byte alignment: the stages' tiles, their A scales [stages][160] (a
   // box of kAScaleBox) and W scales [stages][2][32] (boxes of kWScaleBox in 128-byte slots: the
-  // tile's, and the up half's), the math warps' bf16 staging [8][16 rows x 64 bytes], the full and
-  // empty barriers, the tile slots, the tile table.
+  // tile's, and the up half's), the math warps' bf16 staging [8][2][16 rows x 64 bytes] (1024-byte
+  // aligned: TMA's swizzle follows the address), the full and empty barriers, the tile slots, the
+  // tile table.
   static constexpr int kScalesOffset = kStages * kStageBytes;
   static constexpr int kWScalesOffset = kScalesOffset + kStages * kAScaleSlot * 4;
-  static constexpr int kStagingOffset = kWScalesOffset + kStages * 2 * 128;
-  static constexpr int kBarriersOffset = kStagingOffset + kMath * 4 * kStagingBytes;
+  static constexpr int kStagingOffset = (kWScalesOffset + kStages * 2 * 128 + 1023) / 1024 * 1024;
+  static constexpr int kBarriersOffset = kStagingOffset + kMath * 4 * 2 * kStagingBytes;
   static constexpr int kSlotsOffset = kBarriersOffset + 2 * kStages * 8;
   static constexpr int kTableOffset = kSlotsOffset + kTileSlots * int(sizeof(Tile));
   static constexpr int kSmemBytes = 1024 + kTableOffset + kMaxGroups * 4;
@@ -270,7 +270,8 @@ __device__ __forceinline__ TileTable build_table(const Params& p, int tile_rows,
 template <int kN, Activation kAct, int kSumK>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_block_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                   const __grid_constant__ ScaleMaps scale_maps, Params p, ActOut act) {
+                   const __grid_constant__ ScaleMaps scale_maps, const __grid_constant__ CUtensorMap map_d, bool bulk_out,
+                   Params p, ActOut act) {
   using S = Shape<kN>;
   // ---- shared memory
   extern __shared__ std::uint8_t smem_raw[];
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegisters));
   const int c = warpgroup, warp = int(threadIdx.x / 32) % 4;
   const int local = c * 64 + warp * 16 + lane / 4;
-  std::uint8_t* staging = smem + S::kStagingOffset + (c * 4 + warp) * kStagingBytes;
+  std::uint8_t* staging = smem + S::kStagingOffset + (c * 4 + warp) * 2 * kStagingBytes;
   constexpr int kRegs = S::kWgmmaN / 2;
   // part[i], acc[i]: row lo (i % 4 < 2) or lo + 8, column 8 (i / 4) + 2 (lane % 4) + i % 2; paired:
   // acc the gate half, acc_up the up half; kN 128: parts[0] and parts[1] take turns
@@ -486,8 +487,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     else if (kN == 160 && split == 96) k_loop(std::integral_constant<int, 96>{});
     else k_loop(std::integral_constant<int, kTileN>{});
     if constexpr (S::kPaired) store_activated<kAct>(p, act, t, acc, acc_up, t.m0 + local);
-    else store_staged<kN>(p, t, acc, c * 64 + warp * 16, staging);
+    else store_staged<kN>(p, bulk_out ? &map_d : nullptr, t, acc, c * 64 + warp * 16, staging);
   }
+  if (!S::kPaired && bulk_out && lane == 0)  // the bulk stores done before the block's shared memory goes
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // elements floats from base as a 1-D tensor map read in boxes of box (zeros past the end); the map
@@ -505,6 +508,21 @@ inline CUtensorMap scale_map(const float* base, std::int64_t elements, int box, 
                                        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, [&] { return "FP8 block GEMM: scale tensor map failed (" + std::to_string(int(r)) + ")"; });
+  return map;
+}
+
+// D, rows x n bf16 (n % 8 == 0: 16-byte rows), written in boxes of 16 rows x 32 columns from
+// buffers in the 64-byte swizzle (columns past n clipped).
+inline CUtensorMap out_map(void* d, std::int64_t rows, std::int64_t n) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(n), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(n * 2)};
+  const cuuint32_t box[2] = {32, 16};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_function()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d, dims, strides, box, element_strides,
+                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+                                       CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, [&] { return "FP8 block GEMM: output tensor map failed (" + std::to_string(int(r)) + ")"; });
   return map;
 }
 
@@ -552,8 +570,10 @@ void launch_in_clusters(void (*kernel)(Params...), unsigned blocks, int smem, in
 }
 
 // kCluster 2: clusters of two blocks on neighbouring column tiles of the same rows, each TMA-loading
-// half of the A tile into both (multicast); a unit's second tile past N computes nothing.
-template <int kN, Activation kAct, int kSumK = 128, int kCluster = 1>
+// half of the A tile into both (multicast); a unit's second tile past N computes nothing. kBulkOut:
+// bf16 rows out by TMA bulk stores (store_staged; the same kernel, a launch argument), where D starts
+// 16 bytes aligned (the tensor map's base; else the lanes store, the same bits).
+template <int kN, Activation kAct, int kSumK = 128, int kCluster = 1, bool kBulkOut = false>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t stream) {
   using S = Shape<kN>;
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two blocks");
@@ -572,6 +592,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
   const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows / kCluster);
   const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, S::kPaired ? kTileN : kN);
+  const bool bulk_out = kBulkOut && !S::kPaired && reinterpret_cast<std::uintptr_t>(args.d) % 16 == 0;
+  const CUtensorMap map_d = bulk_out ? out_map(args.d, desc.max_rows, desc.n) : CUtensorMap{};
   ScaleMaps scales{};
   scales.a = scale_map(args.a_scales, desc.max_rows * k_blocks, kAScaleBox, scales.a_shift);
   scales.w = scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
@@ -579,7 +601,8 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
                       int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
-  launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, params, act);
+  launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, map_d,
+                     bulk_out, params, act);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_gemm");
 }
 

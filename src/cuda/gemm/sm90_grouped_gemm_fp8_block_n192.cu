@@ -1,11 +1,13 @@
-// Grouped GEMM instances: fp8_block with m128_n192_persistent and m128_n192_persistent_x2 (see
-// sm90_grouped_gemm_instances.h): moekit's persistent FP8 block-scaled kernel
-// (sm90_grouped_gemm_fp8_block.cuh), 128 x 192 tiles, one block or clusters of two (A multicast).
+// Grouped GEMM instances: fp8_block with m128_n192_persistent, m128_n192_persistent_x2 and
+// m128_n192_persistent_tma (see sm90_grouped_gemm_instances.h): moekit's persistent FP8 block-scaled
+// kernel (sm90_grouped_gemm_fp8_block.cuh), 128 x 192 tiles, one block or clusters of two (A
+// multicast), or one block writing its rows by TMA bulk stores (the same kernel).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
 
 namespace moekit::cuda::sm90 {
 
 MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n192, GemmOutput::bf16, fp8_block::run<192, Activation::silu_and_mul>)
 MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n192_x2, GemmOutput::bf16, fp8_block::run<192, Activation::silu_and_mul, 128, 2>)
+MOEKIT_SM90_FP8_BLOCK_INSTANCE(fp8_block_n192_tma, GemmOutput::bf16, fp8_block::run<192, Activation::silu_and_mul, 128, 1, true>)
 
 }  // namespace moekit::cuda::sm90

@@ -45,7 +45,8 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
       if (kind == GemmKind::fp8_channel && !batch_invariant) tiles.push_back(GemmTile::m192_n128_wgmma_k128);
       if (kind == GemmKind::fp8_block) {
         tiles.push_back(GemmTile::m128_n128_persistent);
-        tiles.push_back(GemmTile::m128_n160_persistent);
+        tiles.insert(tiles.end(), {GemmTile::m128_n160_persistent, GemmTile::m128_n128_persistent_tma,
+                                   GemmTile::m128_n192_persistent_tma});
         tiles.push_back(GemmTile::m128_n192_persistent);
         tiles.push_back(GemmTile::m128_n256_persistent_act);  // GEMM1 of a gated layer (gemm_allowed)
         tiles.insert(tiles.end(), {GemmTile::m128_n128_persistent_x2, GemmTile::m128_n192_persistent_x2,
@@ -84,6 +85,8 @@ double min_rows_per_group(GemmTile tile) {
     case GemmTile::m128_n128_persistent:
     case GemmTile::m128_n160_persistent:
     case GemmTile::m128_n192_persistent:
+    case GemmTile::m128_n128_persistent_tma:
+    case GemmTile::m128_n192_persistent_tma:
     case GemmTile::m128_n256_persistent_act:
     case GemmTile::tokens192_n128_persistent:
     case GemmTile::m128_n128_persistent_k32:
@@ -95,14 +98,16 @@ double min_rows_per_group(GemmTile tile) {
   }
 }
 
-// The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters,
-// the 160-column persistent tiles (of the 192-column ones), the decode GEMM2 with the combine, the
-// decode tile of 64 W rows. Candidates take the base tiles;
-// the tuner times the variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
+// The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters
+// and with TMA stores, the 160-column persistent tiles (of the 192-column ones), the decode GEMM2
+// with the combine, the decode tile of 64 W rows. Candidates take the base tiles; the tuner times the
+// variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
-    case GemmTile::m128_n128_persistent_x2: return GemmTile::m128_n128_persistent;
+    case GemmTile::m128_n128_persistent_x2:
+    case GemmTile::m128_n128_persistent_tma: return GemmTile::m128_n128_persistent;
     case GemmTile::m128_n192_persistent_x2:
+    case GemmTile::m128_n192_persistent_tma:
     case GemmTile::m128_n160_persistent: return GemmTile::m128_n192_persistent;
     case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
     case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
@@ -184,6 +189,8 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
     case GemmTile::m128_n128_persistent: return "m128_n128_persistent";
     case GemmTile::m128_n160_persistent: return "m128_n160_persistent";
+    case GemmTile::m128_n128_persistent_tma: return "m128_n128_persistent_tma";
+    case GemmTile::m128_n192_persistent_tma: return "m128_n192_persistent_tma";
     case GemmTile::m128_n192_persistent: return "m128_n192_persistent";
     case GemmTile::m128_n256_persistent_act: return "m128_n256_persistent_act";
     case GemmTile::tokens192_n128_persistent: return "tokens192_n128_persistent";
