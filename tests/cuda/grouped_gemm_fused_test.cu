@@ -23,11 +23,11 @@
 namespace moekit::test {
 namespace {
 
-// The clusters of two blocks (A multicast) compute each tile as the one-block tiles do, and the TMA
+// The clusters of two blocks (W multicast) compute each tile as the one-block tiles do, and the TMA
 // bulk stores write what the lanes' stores write: the same bits, on skewed groups (one hot, most
 // empty, a partial last K block, groups' last rows short of a warp's 16: the lanes store those),
-// column tiles of an odd count (a cluster's second tile past N), unpadded and in the layer's padded
-// layout, bf16 and activated out.
+// groups of an odd count of row tiles (a cluster's second tile past the group's rows), unpadded and
+// in the layer's padded layout, bf16 and activated out.
 TEST(CudaGroupedGemmCluster, MulticastTilesGiveTheOneBlockTilesBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::uint64_t seed = fresh_seed();

@@ -65,10 +65,10 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::tokens8_n256_act: return "8 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens16_n256_act: return "16 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
     case GemmTile::tokens32_n256_act: return "32 rows x (128+128) wgmma (W as A) + activation, f32 every 128 K";
-    case GemmTile::m128_n128_persistent_x2: return "128x128 persistent wgmma, 2-block clusters (A multicast), f32 every 128 K";
-    case GemmTile::m128_n192_persistent_x2: return "128x192 persistent wgmma, 2-block clusters (A multicast), f32 every 128 K";
+    case GemmTile::m128_n128_persistent_x2: return "128x128 persistent wgmma, 2-block clusters (W multicast), f32 every 128 K";
+    case GemmTile::m128_n192_persistent_x2: return "128x192 persistent wgmma, 2-block clusters (W multicast), f32 every 128 K";
     case GemmTile::m128_n256_persistent_act_x2:
-      return "128x(128+128) persistent wgmma + activation, 2-block clusters (A multicast), f32 every 128 K";
+      return "128x(128+128) persistent wgmma + activation, 2-block clusters (W multicast), f32 every 128 K";
     case GemmTile::tokens192_n128_persistent_x2:
       return "<=192 rows x 128 persistent wgmma (W as A), 2-block clusters (rows multicast), f32 every 128 K";
     case GemmTile::tokens8_n128_combine: return "8 rows x 128 wgmma (W as A) + weighted combine, f32 every 128 K";

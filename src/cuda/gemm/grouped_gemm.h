@@ -55,9 +55,9 @@ enum class GemmTile : std::uint8_t {
   tokens8_n256_act,   // the decode kernel for GEMM1 + activation + requantization (GemmOutput::activated_fp8):
   tokens16_n256_act,  //   128 gate and the 128 up W rows of the same channels, 8, 16 or 32 rows of a group
   tokens32_n256_act,
-  m128_n128_persistent_x2,      // the persistent tiles on clusters of two blocks at neighbouring column
-  m128_n192_persistent_x2,      //   tiles of the same rows, each loading half of the A tile into both
-  m128_n256_persistent_act_x2,  //   (TMA multicast)
+  m128_n128_persistent_x2,      // the persistent tiles on clusters of two blocks at neighbouring row
+  m128_n192_persistent_x2,      //   tiles of the same column tile, each loading half of the W tile into
+  m128_n256_persistent_act_x2,  //   both (TMA multicast)
   tokens192_n128_persistent_x2,  // the swapped tiles on clusters of two blocks at neighbouring W tiles
   tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
   tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's

@@ -18,7 +18,8 @@
 //   3. one producer thread: per 128 of K, TMA of the A tile (128 x 128), the W tile (kN x 128), the
 //      128 rows' A scales and the tile's W scales (1-D tensor maps over the scale arrays, boxes from
 //      the 16-byte boundary below, zeros past the end), all completing on the stage's full barrier;
-//      the tile itself goes to a slot the consumers read
+//      the tile itself goes to a slot the consumers read. In clusters of two (neighbouring row tiles
+//      of one column tile) each block loads half of the W tile into both blocks (TMA multicast)
 //   4. two math warpgroups of 64 rows: per stage four WGMMAs m64 n kN k32 chained, then
 //      acc += part x a_scale x w_scale (the W scale of the part's columns); the stage goes back once
 //      the WGMMAs are done. kN 128: two part buffers, the next stage's WGMMAs run while this one's
@@ -215,11 +216,9 @@ struct TileTable {
   int groups, n_tiles, total;
 
   // Tile `index` (< total) of the walk, kTileRows rows by kCols output columns. Producer thread only:
-  // it reads the group's rows. A cluster of `cluster` blocks walks units of `cluster` neighbouring
-  // column tiles (the table built with tile_cols kCols x cluster); the block of rank `rank` takes the
-  // rank-th of its unit's.
+  // it reads the group's rows.
   template <int kTileRows, int kCols>
-  __device__ Tile find(const Params& p, int index, int cluster = 1, int rank = 0) const {
+  __device__ Tile find(const Params& p, int index) const {
     int lo = 0, hi = groups - 1;  // the first group whose running sum passes index
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -234,7 +233,17 @@ struct TileTable {
     t.padded = __ldg(p.offsets + lo + 1) - t.row0;
     t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
     t.m0 = u % m_tiles * kTileRows;
-    t.n0 = (u / m_tiles * cluster + rank) * kCols;
+    t.n0 = u / m_tiles * kCols;
+    return t;
+  }
+
+  // The same walk in units of `cluster` neighbouring row tiles of one column tile (the table built
+  // with tile_rows kTileRows x cluster): the block of rank `rank` takes the rank-th row tile of its
+  // unit, past the group's rows for the second of an odd count (it computes nothing).
+  template <int kTileRows, int kCols>
+  __device__ Tile find_rows(const Params& p, int index, int cluster, int rank) const {
+    Tile t = find<kTileRows * 2, kCols>(p, index);
+    t.m0 = t.m0 / (kTileRows * 2) * cluster * kTileRows + rank * kTileRows;
     return t;
   }
 };
@@ -293,10 +302,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // ---- scheduler (synchronizes the block): a cluster walks units of `cluster` column tiles; its
+  // ---- scheduler (synchronizes the block): a cluster walks units of `cluster` row tiles; its
   // blocks' barriers are ready before either arrives on or copies into the other's
   const int out_cols = S::kPaired ? act.inter : p.n;
-  const TileTable walk = build_table(p, kRows, out_cols, S::kOutCols * cluster, table);
+  const TileTable walk = build_table(p, kRows * cluster, out_cols, S::kOutCols, table);
   if (cluster > 1) cluster_sync();
   const int first = int(blockIdx.x) / cluster, step = int(gridDim.x) / cluster;
   const int k_blocks = (p.k + kTileK - 1) / kTileK, n_blocks = (p.n + kTileN - 1) / kTileN;
@@ -313,9 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
     for (int index = first; index < walk.total; index += step, ++count) {
-      const Tile t = walk.find<kRows, S::kOutCols>(p, index, cluster, rank);
+      const Tile t = cluster == 1 ? walk.find<kRows, S::kOutCols>(p, index) : walk.find_rows<kRows, S::kOutCols>(p, index, cluster, rank);
       slots[count % kTileSlots] = t;
-      const bool ghost = t.n0 >= out_cols;  // a unit's second column tile past N: its A half only
       // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
       // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows
       // [n0, n0 + 128) and the up rows I further; their scale blocks: the first and the next (one
@@ -325,23 +333,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(empty + 8 * stage, parity ^ 1);
         const std::uint32_t bar = full + 8 * stage;
-        barrier_expect_bytes(bar, ghost ? S::kABytes : kBytes);
+        barrier_expect_bytes(bar, kBytes);
         const std::uint32_t a = tiles + std::uint32_t(stage * S::kStageBytes);
+        tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
         if (cluster == 1) {
-          tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, bar);
-        } else {  // the A tile's half of this rank (map_a's boxes are that high), into both blocks
-          const int half = kRows / 2 * rank;
-          tma_load_multicast(a + std::uint32_t(half * kTileK), &map_a, kb * kTileK, t.row0 + t.m0 + half, bar, 0x3);
+          tma_load(a + S::kABytes, &map_w, kb * kTileK, w_row, bar);
+          if constexpr (S::kPaired) tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
+        } else if constexpr (S::kPaired) {  // this rank's box, the gate's or the up's, into both blocks
+          tma_load_multicast(a + std::uint32_t(S::kABytes + rank * kTileN * kTileK), &map_w, kb * kTileK,
+                             w_row + rank * act.inter, bar, 0x3);
+        } else {  // this rank's half of the W tile (map_w's boxes are that high), into both blocks
+          const int half = kN / 2 * rank;
+          tma_load_multicast(a + std::uint32_t(S::kABytes + half * kTileK), &map_w, kb * kTileK, w_row + half, bar, 0x3);
         }
-        if (ghost) continue;
-        tma_load(a + S::kABytes, &map_w, kb * kTileK, w_row, bar);
         tma_load_1d(smem_address(scale_a + stage * kAScaleSlot), &scale_maps.a, at.a_at(kb) & ~3, bar);
         const std::uint32_t sw = smem_address(scale_w + stage * 64);
         tma_load_1d(sw, &scale_maps.w, at.w_at(kb) & ~3, bar);
-        if constexpr (S::kPaired) {
-          tma_load(a + S::kABytes + kTileN * kTileK, &map_w, kb * kTileK, w_row + act.inter, bar);
-          tma_load_1d(sw + 128, &scale_maps.w, at.up_at(kb) & ~3, bar);
-        }
+        if constexpr (S::kPaired) tma_load_1d(sw + 128, &scale_maps.w, at.up_at(kb) & ~3, bar);
       }
     }
     // The peer's math warps hand this block's stages back too: stay until the last ones have (its
@@ -395,8 +403,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int index = first; index < walk.total; index += step, ++count) {
     barrier_wait(full + 8 * stage, parity);  // the tile's first stage: its slot is written
     const Tile t = warp_uniform(slots[count % kTileSlots]);
-    // No rows of this warpgroup, or no columns (a unit's tile past N): hand the stages back as they fill
-    if (t.n0 >= out_cols || c * 64 >= t.rows - t.m0) {
+    // No rows of this warpgroup (a group's short last tile, or a unit's row tile past the group's
+    // rows): hand the stages back as they fill
+    if (c * 64 >= t.rows - t.m0) {
       for (int kb = 0; kb < k_blocks; ++kb, advance(stage, parity)) {
         barrier_wait(full + 8 * stage, parity);
         release(stage);
@@ -569,8 +578,9 @@ void launch_in_clusters(void (*kernel)(Params...), unsigned blocks, int smem, in
   MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&l.config, kernel, std::forward<Args>(args)...));
 }
 
-// kCluster 2: clusters of two blocks on neighbouring column tiles of the same rows, each TMA-loading
-// half of the A tile into both (multicast); a unit's second tile past N computes nothing. kBulkOut:
+// kCluster 2: clusters of two blocks on neighbouring row tiles of the same group and column tile,
+// each TMA-loading half of the W tile (paired: the gate's or the up's box) into both (multicast); a
+// unit's second row tile past the group's rows computes nothing. kBulkOut:
 // bf16 rows out by TMA bulk stores (store_staged; the same kernel, a launch argument), where D starts
 // 16 bytes aligned (the tensor map's base; else the lanes store, the same bits).
 template <int kN, Activation kAct, int kSumK = 128, int kCluster = 1, bool kBulkOut = false>
@@ -579,19 +589,19 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two blocks");
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
   if (rows == 0) return;
-  // At most this many tiles (units of kCluster column tiles) have rows: a row tile per 128 rows plus
-  // a partial one per group.
+  // At most this many units (of kCluster row tiles) have rows: a unit per kCluster x 128 rows plus a
+  // partial one per group.
   const std::int64_t out_cols = S::kPaired ? desc.n / 2 : desc.n;
-  const std::int64_t row_tiles = (rows + kRows - 1) / kRows + std::min(desc.groups, rows);
-  const std::int64_t units = row_tiles * ((out_cols + kCluster * S::kOutCols - 1) / (kCluster * S::kOutCols));
+  const std::int64_t row_units = (rows + kCluster * kRows - 1) / (kCluster * kRows) + std::min(desc.groups, rows);
+  const std::int64_t units = row_units * ((out_cols + S::kOutCols - 1) / S::kOutCols);
   const void* kernel = reinterpret_cast<const void*>(&fp8_block_gemm<kN, kAct, kSumK>);
   allow_dynamic_shared(kernel, S::kSmemBytes);
   static std::atomic<int> clusters[64] = {};  // this kernel's, per device (layers may launch from several threads)
   const int resident = kCluster == 1 ? multiprocessor_count() : active_clusters(kernel, S::kSmemBytes, kCluster, clusters);
   const unsigned blocks = unsigned(kCluster * std::min<std::int64_t>(units, resident));
   const std::int64_t k_blocks = (desc.k + kTileK - 1) / kTileK, n_blocks = (desc.n + kTileN - 1) / kTileN;
-  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows / kCluster);
-  const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, S::kPaired ? kTileN : kN);
+  const CUtensorMap map_a = tile_map(args.a, desc.max_rows, desc.k, kRows);
+  const CUtensorMap map_w = tile_map(args.w, desc.groups * desc.n, desc.k, S::kPaired ? kTileN : kN / kCluster);
   const bool bulk_out = kBulkOut && !S::kPaired && reinterpret_cast<std::uintptr_t>(args.d) % 16 == 0;
   const CUtensorMap map_d = bulk_out ? out_map(args.d, desc.max_rows, desc.n) : CUtensorMap{};
   ScaleMaps scales{};

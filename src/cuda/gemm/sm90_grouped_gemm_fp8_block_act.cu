@@ -1,7 +1,7 @@
 // Grouped GEMM instances: fp8_block with m128_n256_persistent_act and m128_n256_persistent_act_x2 (see
 // sm90_grouped_gemm_instances.h): GEMM1 + activation + requantization on moekit's persistent
 // block-scaled kernel (sm90_grouped_gemm_fp8_block.cuh), one kernel per gated activation, launched on
-// one block or clusters of two (A multicast).
+// one block or clusters of two (W multicast).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
 
 namespace moekit::cuda::sm90 {

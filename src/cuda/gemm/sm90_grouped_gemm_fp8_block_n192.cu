@@ -1,6 +1,6 @@
 // Grouped GEMM instances: fp8_block with m128_n192_persistent, m128_n192_persistent_x2 and
 // m128_n192_persistent_tma (see sm90_grouped_gemm_instances.h): moekit's persistent FP8 block-scaled
-// kernel (sm90_grouped_gemm_fp8_block.cuh), 128 x 192 tiles, one block or clusters of two (A
+// kernel (sm90_grouped_gemm_fp8_block.cuh), 128 x 192 tiles, one block or clusters of two (W
 // multicast), or one block writing its rows by TMA bulk stores (the same kernel).
 #include "cuda/gemm/sm90_grouped_gemm_fp8_block.cuh"
 
