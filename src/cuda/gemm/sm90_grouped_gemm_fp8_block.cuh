@@ -216,9 +216,11 @@ struct TileTable {
   int groups, n_tiles, total;
 
   // Tile `index` (< total) of the walk, kTileRows rows by kCols output columns. Producer thread only:
-  // it reads the group's rows.
+  // it reads the group's rows. A cluster of `cluster` blocks walking units of `cluster` neighbouring
+  // column tiles (the swapped tiles; the table built with tile_cols kCols x cluster): the block of
+  // rank `rank` takes the rank-th of its unit's.
   template <int kTileRows, int kCols>
-  __device__ Tile find(const Params& p, int index) const {
+  __device__ Tile find(const Params& p, int index, int cluster = 1, int rank = 0) const {
     int lo = 0, hi = groups - 1;  // the first group whose running sum passes index
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -233,7 +235,7 @@ struct TileTable {
     t.padded = __ldg(p.offsets + lo + 1) - t.row0;
     t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
     t.m0 = u % m_tiles * kTileRows;
-    t.n0 = u / m_tiles * kCols;
+    t.n0 = (u / m_tiles * cluster + rank) * kCols;
     return t;
   }
 
