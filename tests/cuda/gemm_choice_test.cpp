@@ -42,7 +42,7 @@ const Case kCases[] = {
     {"short_k_block_tensor_core", GemmKind::fp8_block, 2048, 768, 512, GemmSums::tensor_core, false, GemmTile::m128_n192_persistent},
     {"small_expert_block_tensor_core", GemmKind::fp8_block, 1536, 2048, 256, GemmSums::tensor_core, false, GemmTile::m128_n192_persistent},
     {"small_expert_few_rows", GemmKind::fp8_block, 1536, 2048, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
-    {"wide_n_short_k_block_tensor_core", GemmKind::fp8_block, 7168, 2048, 128, GemmSums::tensor_core, false, GemmTile::m128_n128_persistent},
+    {"wide_n_short_k_block_tensor_core", GemmKind::fp8_block, 7168, 2048, 128, GemmSums::tensor_core, false, GemmTile::m128_n160_persistent},
     {"wide_n_short_k_block_few_rows", GemmKind::fp8_block, 7168, 2048, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
     {"few_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 32, GemmSums::tensor_core, false, GemmTile::m64_n128_pingpong},
     {"many_channel_tensor_core", GemmKind::fp8_channel, 4096, 7168, 128, GemmSums::tensor_core, false, GemmTile::m192_n128_wgmma_k128},

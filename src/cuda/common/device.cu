@@ -23,7 +23,6 @@ DeviceInfo query() {
     info.name = prop.name;
     info.sm = prop.major * 10 + prop.minor;
     info.multiprocessors = prop.multiProcessorCount;
-    info.l2_bytes = prop.l2CacheSize;
   }
   return info;
 }

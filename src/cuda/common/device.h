@@ -10,7 +10,6 @@ struct DeviceInfo {
   std::string name;       // of device 0
   int sm = 0;             // compute capability of device 0, e.g. 90
   int multiprocessors = 0;
-  long long l2_bytes = 0;  // of device 0
   std::string problem;    // why there is none, when count == 0
   std::string to_string() const;
 };

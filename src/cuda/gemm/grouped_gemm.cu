@@ -162,15 +162,18 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
   // 1536 x 2048 and 2048 x 768): moekit's persistent kernel's 128 x 192 tiles, measured faster than
   // CUTLASS's 128 x 128 at 256 and 1024 rows per group (T=4096: 272.7 against 366.6 us and 165.9
   // against 229.4; T=16384: 920.5 against 950.2 and 519.3 against 717.2; docs/PERF.md, 2026-12-04).
-  // Wider N at K <= 2048 (deepseek-v3's GEMM2, 7168 x 2048): the persistent 128 x 128 tiles, faster
-  // than CUTLASS's in three runs on uniform, zipf and hot-expert groups (T=4096 uniform: 1546 against
-  // 1795 us, 1633 against 1766, 1641 against 2020; docs/PERF.md, 2026-12-04). At K = 7168
-  // (deepseek-v3's GEMM1) CUTLASS's tiles stay as fast or faster.
+  // Wider N at K <= 2048 (deepseek-v3's GEMM2, 7168 x 2048): the persistent 128 x 160 tiles. The
+  // 128 x 128 ones were faster than CUTLASS's in three runs on uniform, zipf and hot-expert groups
+  // (H200, T=4096 uniform: 1546 against 1795 us, 1633 against 1766, 1641 against 2020; 2026-12-04);
+  // the 160-wide ones beat both in three runs on an H100 (T=4096 uniform: 1778-1836 against
+  // 2199-2216 and 1921-2137 us) and in the layer on the preset's file (GEMM2 1669-1698 against
+  // 1827-1836 us; docs/PERF.md, 2026-12-05). At K = 7168 (deepseek-v3's GEMM1) CUTLASS's tiles stay
+  // as fast or faster.
   if (sums == GemmSums::tensor_core && !few && desc.kind == GemmKind::fp8_block && desc.k <= 2048) {
-    const GemmTile tile = desc.n <= 2048 ? GemmTile::m128_n192_persistent : GemmTile::m128_n128_persistent;
+    const GemmTile tile = desc.n <= 2048 ? GemmTile::m128_n192_persistent : GemmTile::m128_n160_persistent;
     if (cuda::can_implement(desc, {tile}))
       return {{tile}, rows + tiles + (desc.n <= 2048 ? "; N, K <= 2048: moekit's persistent 128 x 192 tiles"
-                                                     : "; K <= 2048, N > 2048: moekit's persistent 128 x 128 tiles")};
+                                                     : "; K <= 2048, N > 2048: moekit's persistent 128 x 160 tiles")};
   }
   return {{few ? GemmTile::m64_n128_pingpong : GemmTile::m128_n128_cooperative}, rows + tiles};
 }

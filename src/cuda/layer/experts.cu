@@ -19,7 +19,6 @@
 
 #include "core/stages.h"
 #include "cuda/activation/activate.h"
-#include "cuda/common/device.h"
 #include "cuda/common/launch.h"
 #include "cuda/ep/ep_stages.h"
 #include "cuda/gemm/grouped_gemm.h"
@@ -171,11 +170,6 @@ class Experts final : public core::ExpertsStage {
       prepare.hidden_size = config_.hidden_size;
       prepare.fp8 = s == QuantScheme::fp8_block;
       prepare.ue8m0 = config_.quant.scale_format == ScaleFormat::ue8m0;
-      if (t.l2_prefetch) {  // GEMM1's and GEMM2's values and scales of each expert, contiguous per expert
-        const std::int64_t el = config_.local_experts();
-        for (const TensorView* w : {&weights_.w13, &weights_.w13_scales, &weights_.w2, &weights_.w2_scales})
-          if (w->defined() && w->nbytes() > 0) prepare.l2.ranges[prepare.l2.count++] = {w->data, std::int64_t(w->nbytes()) / el};
-      }
       permute::run_prepared(plan_problem(p), plan_args, prepare, stream);
     } else {
       permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
@@ -567,21 +561,6 @@ bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expe
   return scheme && !expert_parallel && plan_takes_one_block(config, tokens);
 }
 
-Status l2_prefetch_fits(const MoEConfig& config, std::int64_t tokens, bool expert_parallel, std::int64_t l2_bytes) {
-  if (!plan_prepares_input(config, tokens, expert_parallel))
-    return Status::no("L2 prefetch: needs the plan that prepares the input (decode sizes, fp8-block or bf16, no EP)");
-  const std::int64_t slots = tokens * config.top_k();
-  if (slots > permute::kL2Slots)
-    return Status::no("L2 prefetch: T k <= " + std::to_string(permute::kL2Slots) + ", given " + std::to_string(slots));
-  const std::int64_t value = config.quant.scheme == QuantScheme::bf16 ? 2 : 1, experts = std::min(slots, config.local_experts());
-  const std::int64_t bytes = experts * (config.gemm1_width() + config.intermediate_size) * config.hidden_size * value;
-  const std::int64_t budget = (l2_bytes < 0 ? device_info().l2_bytes : l2_bytes) / 4 * 3;
-  if (bytes > budget)
-    return Status::no("L2 prefetch: the weights of " + std::to_string(experts) + " experts (" + std::to_string(bytes >> 20) +
-                      " MiB) exceed 3/4 of the L2 (" + std::to_string(budget >> 20) + " MiB)");
-  return Status::ok();
-}
-
 bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens) {
   return tokens > 0 && permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
 }
@@ -592,7 +571,6 @@ std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tac
   const bool activated = output_of(tactic.gemm1.tile) == GemmOutput::activated_fp8;
   std::string s = prepared ? "permutation plan + the input's quantization (one launch), "
                            : "quantize, permutation plan, ";
-  if (prepared && tactic.l2_prefetch) s.insert(s.size() - 2, " + the hit experts' weights prefetched into L2");
   if (!by_index) s += "gather, ";
   s += "GEMM1 " + std::string(tile_id(tactic.gemm1.tile));
   if (by_index) s += " (rows read by index)";

@@ -25,11 +25,6 @@ bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens);
 // pipeline (which prepares its own rows), for fp8-block (H % 128 == 0) and bf16 (H % 64 == 0).
 bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expert_parallel);
 
-// Whether the staged path may bring the hit experts' weights into L2 in its permutation plan's
-// launch at T (Tactic::l2_prefetch): where the plan prepares the input, for T k <= permute::kL2Slots,
-// when the weights of min(T k, E_local) experts fit in 3/4 of an L2 of l2_bytes (device 0's by default).
-Status l2_prefetch_fits(const MoEConfig& config, std::int64_t tokens, bool expert_parallel, std::int64_t l2_bytes = -1);
-
 // The staged path's launches after routing at T under `tactic` (a staged one), for moekit explain:
 // e.g. "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read
 // by index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize".

@@ -99,16 +99,14 @@ double min_rows_per_group(GemmTile tile) {
 }
 
 // The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters
-// and with TMA stores, the 160-column persistent tiles (of the 192-column ones), the decode GEMM2
-// with the combine, the decode tile of 64 W rows. Candidates take the base tiles; the tuner times the
+// and with TMA stores, the decode GEMM2 with the combine, the decode tile of 64 W rows. Candidates take the base tiles; the tuner times the
 // variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent_x2:
     case GemmTile::m128_n128_persistent_tma: return GemmTile::m128_n128_persistent;
     case GemmTile::m128_n192_persistent_x2:
-    case GemmTile::m128_n192_persistent_tma:
-    case GemmTile::m128_n160_persistent: return GemmTile::m128_n192_persistent;
+    case GemmTile::m128_n192_persistent_tma: return GemmTile::m128_n192_persistent;
     case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
     case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
     case GemmTile::tokens8_n128_combine:
@@ -210,33 +208,29 @@ std::string_view tile_id(GemmTile tile) {
 
 std::string Tactic::name() const {
   if (path == TacticPath::min_latency) return "min-latency";
-  return "staged gemm1=" + std::string(tile_id(gemm1.tile)) + " gemm2=" + std::string(tile_id(gemm2.tile)) +
-         (l2_prefetch ? " l2=prefetch" : "");
+  return "staged gemm1=" + std::string(tile_id(gemm1.tile)) + " gemm2=" + std::string(tile_id(gemm2.tile));
 }
 
 std::string Tactic::to_string() const {
   if (path == TacticPath::min_latency) return name() + " (quantize+plan, gemm1+activation, gemm2+combine)";
-  return name() + " (GEMM1 " + gemm1.to_string() + ", GEMM2 " + gemm2.to_string() +
-         (l2_prefetch ? "; the hit experts' weights prefetched into L2 by the plan's launch" : "") + ")";
+  return name() + " (GEMM1 " + gemm1.to_string() + ", GEMM2 " + gemm2.to_string() + ")";
 }
 
 std::optional<Tactic> parse_tactic(std::string_view name) {
-  if (name == "min-latency") return Tactic{TacticPath::min_latency, {}, {}, false};
+  if (name == "min-latency") return Tactic{TacticPath::min_latency, {}, {}};
   auto tile = [](std::string_view id) -> std::optional<GemmTile> {
     for (const GemmTile t : kAllGemmTiles)
       if (tile_id(t) == id) return t;
     return std::nullopt;
   };
-  constexpr std::string_view prefix = "staged gemm1=", middle = " gemm2=", prefetch = " l2=prefetch";
+  constexpr std::string_view prefix = "staged gemm1=", middle = " gemm2=";
   if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const bool l2 = name.size() > prefetch.size() && name.substr(name.size() - prefetch.size()) == prefetch;
-  if (l2) name.remove_suffix(prefetch.size());
   name.remove_prefix(prefix.size());
   const std::size_t at = name.find(middle);
   if (at == std::string_view::npos) return std::nullopt;
   const auto g1 = tile(name.substr(0, at)), g2 = tile(name.substr(at + middle.size()));
   if (!g1 || !g2) return std::nullopt;
-  return Tactic{TacticPath::staged, {*g1}, {*g2}, l2};
+  return Tactic{TacticPath::staged, {*g1}, {*g2}};
 }
 
 StagedGemms staged_gemms(const TacticProblem& p) {
@@ -261,8 +255,6 @@ Status can_implement(const Tactic& t, const TacticProblem& p) {
     return min_latency::can_implement(min_latency_problem(p));
   }
   if (forced == ExpertsPath::min_latency) return Status::no("staged path: the layer's path is min-latency (--path min-latency)");
-  if (t.l2_prefetch)
-    if (Status s = l2_prefetch_fits(p.config, p.tokens, p.expert_parallel); !s) return s;
   const StagedGemms g = staged_gemms(p);
   if (output_of(t.gemm1.tile) == GemmOutput::combined)
     return Status::no("GEMM1 " + std::string(tile_id(t.gemm1.tile)) + ": combines GEMM2's rows, not GEMM1's");
@@ -280,7 +272,7 @@ Status can_implement(const Tactic& t, const TacticProblem& p) {
 
 TacticChoice heuristic_tactic(const TacticProblem& p) {
   const PathChoice path = heuristic_path(p);
-  if (path.path == TacticPath::min_latency) return {Tactic{TacticPath::min_latency, {}, {}, false}, nullptr, path.reason};
+  if (path.path == TacticPath::min_latency) return {Tactic{TacticPath::min_latency, {}, {}}, nullptr, path.reason};
   const StagedGemms g = staged_gemms(p);
   const bool invariant = p.config.batch_invariant;
   GemmChoice g1 = choose_gemm_config(g.gemm1, g.rows_per_group, g.sums1, invariant);
@@ -293,7 +285,7 @@ TacticChoice heuristic_tactic(const TacticProblem& p) {
     g1.reason += "; the activation and requantization in its epilogue";
   }
   const GemmChoice g2 = choose_gemm_config(g.gemm2, g.rows_per_group, g.sums2, invariant);
-  return {Tactic{TacticPath::staged, g1.config, g2.config, false}, nullptr,
+  return {Tactic{TacticPath::staged, g1.config, g2.config}, nullptr,
           path.reason + "; GEMM1: " + g1.reason + "; GEMM2: " + g2.reason};
 }
 
@@ -304,7 +296,7 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p) {
     if (std::find(out.begin(), out.end(), t) == out.end() && can_implement(t, p)) out.push_back(t);
   };
   add(heuristic);
-  add(Tactic{TacticPath::min_latency, {}, {}, false});
+  add(Tactic{TacticPath::min_latency, {}, {}});
   const StagedGemms g = staged_gemms(p);
   const bool invariant = p.config.batch_invariant;
   auto tiles = [&](const GroupedGemmDesc& desc, GemmSums sums) {
@@ -316,19 +308,18 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p) {
     return t;
   };
   for (GemmTile t1 : tiles(g.gemm1, g.sums1))
-    for (GemmTile t2 : tiles(g.gemm2, g.sums2)) add(Tactic{TacticPath::staged, {t1}, {t2}, false});
+    for (GemmTile t2 : tiles(g.gemm2, g.sums2)) add(Tactic{TacticPath::staged, {t1}, {t2}});
   return out;
 }
 
 std::vector<Tactic> tactic_variants(const Tactic& t, const TacticProblem& p) {
   std::vector<Tactic> out;
   if (t.path != TacticPath::staged) return out;
-  for (const bool l2 : {false, true})
-    for (const GemmTile t1 : with_variants(t.gemm1.tile))
-      for (const GemmTile t2 : with_variants(t.gemm2.tile)) {
-        const Tactic v{TacticPath::staged, {t1}, {t2}, l2};
-        if (!(v == t) && can_implement(v, p)) out.push_back(v);
-      }
+  for (const GemmTile t1 : with_variants(t.gemm1.tile))
+    for (const GemmTile t2 : with_variants(t.gemm2.tile)) {
+      const Tactic v{TacticPath::staged, {t1}, {t2}};
+      if (!(v == t) && can_implement(v, p)) out.push_back(v);
+    }
   return out;
 }
 

@@ -3,8 +3,6 @@
 // the heuristic's choice, and the chooser that prefers a tuned entry of the cache.
 //   "min-latency"                                            min_latency.h's three kernels
 //   "staged gemm1=m128_n128_cooperative gemm2=m64_n128_pingpong"  permute, GEMM1, activation, GEMM2
-//   "staged gemm1=... gemm2=... l2=prefetch"  the same, the plan's launch prefetching the hit experts'
-//                                             weights into L2 (decode sizes whose weights fit it)
 // A tactic names only kernels that sum as the layer's FP8 accumulation requires (grouped_gemm.h
 // GemmSums), and for a batch-invariant layer only tiles whose sums do not depend on the batch.
 #pragma once
@@ -29,12 +27,10 @@ enum class TacticPath : std::uint8_t { staged, min_latency };
 struct Tactic {
   TacticPath path = TacticPath::staged;
   GroupedGemmConfig gemm1, gemm2;  // the staged path's
-  bool l2_prefetch = false;        // the staged path's: the plan's launch prefetches the weights (l2_prefetch_fits)
   std::string name() const;        // the cache's spelling (above)
   std::string to_string() const;   // the name, and the kernels in words (explain)
   bool operator==(const Tactic& o) const {
-    return path == o.path && (path == TacticPath::min_latency || (gemm1.tile == o.gemm1.tile && gemm2.tile == o.gemm2.tile &&
-                                                                  l2_prefetch == o.l2_prefetch));
+    return path == o.path && (path == TacticPath::min_latency || (gemm1.tile == o.gemm1.tile && gemm2.tile == o.gemm2.tile));
   }
 };
 std::optional<Tactic> parse_tactic(std::string_view name);
@@ -73,7 +69,7 @@ std::vector<Tactic> candidate_tactics(const TacticProblem& p);
 // A candidate's variants, the tuner's second round at T (it times those of the three fastest):
 // the tactic with its persistent tiles on 2-block clusters (*_x2), its decode GEMM2 with the
 // weighted combine (tokens*_n128_combine), its 8-row decode tiles of 64 W rows (tokens8_n64_wgmma),
-// or both GEMMs' twins, each also with the L2 prefetch; those that can run. None for min-latency.
+// or both GEMMs' twins; those that can run. None for min-latency.
 std::vector<Tactic> tactic_variants(const Tactic& t, const TacticProblem& p);
 
 // The key of this process's GPU (device 0), CUDA runtime and moekit version.

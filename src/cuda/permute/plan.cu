@@ -245,28 +245,6 @@ OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
   return l;
 }
 
-namespace {
-
-// The prefetch's parameters, blocks from first_block (none: no range).
-L2Params l2_params(const PlanProblem& p, const L2Prefetch& l2, int first_block) {
-  require(l2.count >= 0 && l2.count <= kL2Ranges, "permute plan: at most " + std::to_string(kL2Ranges) + " L2 prefetch ranges");
-  require(l2.count == 0 || p.tokens * p.top_k <= kL2Slots,
-          [&] { return "permute plan: the L2 prefetch takes T k <= " + std::to_string(kL2Slots) + ", given " + p.to_string(); });
-  L2Params k{};
-  k.first_block = first_block;
-  for (int r = 0; r < l2.count; ++r) {
-    const L2Prefetch::Range& range = l2.ranges[r];
-    require(range.base && range.bytes > 0, "permute plan: an L2 prefetch range needs a base and bytes per expert");
-    k.base[k.ranges] = static_cast<const std::uint8_t*>(range.base);
-    k.bytes[k.ranges] = range.bytes;
-    k.chunks[k.ranges] = int(ceil_div(range.bytes, kL2Chunk));
-    k.units += k.chunks[k.ranges++];
-  }
-  return k;
-}
-
-}  // namespace
-
 void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream) {
   const Status status = can_implement(p);
   require(status.is_ok(), status.reason());
@@ -278,20 +256,14 @@ void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs&
   const PrepareParams q{static_cast<const std::uint16_t*>(prepare.hidden), prepare.weights,
                         static_cast<std::uint8_t*>(prepare.x), prepare.x_scales, p.tokens, int(prepare.hidden_size),
                         prepare.ue8m0};
-  // Block 0 plans; the next prepare the input, a warp per two 128-column groups of a row; the
-  // last prefetch the weights (a warp each, as many blocks as units up to the SMs left, at least one).
+  // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
   const std::int64_t warps = p.tokens * ((ceil_div(prepare.hidden_size, 128) + 1) / 2);
-  const int sms = multiprocessor_count();
-  const std::int64_t preparers = std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(kOneBlockThreads / 32)), 1, sms - 1);
-  const L2Params l2 = l2_params(p, prepare.l2, int(1 + preparers));
-  const std::int64_t prefetchers =
-      l2.ranges == 0 ? 0
-                     : std::clamp<std::int64_t>(std::int64_t(l2.units) * std::min<std::int64_t>(p.tokens * p.top_k, p.rows.experts), 1,
-                                                std::max<std::int64_t>(1, sms - 1 - preparers));
+  const std::int64_t preparers =
+      std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(kOneBlockThreads / 32)), 1, multiprocessor_count() - 1);
   const cudaStream_t s = as_cuda(stream);
-  const dim3 grid(unsigned(1 + preparers + prefetchers)), block(kOneBlockThreads);
-  if (prepare.fp8) launch_dependent(prepare_and_plan<true>, grid, block, l.shared, s, q, l.params, l2);
-  else launch_dependent(prepare_and_plan<false>, grid, block, l.shared, s, q, l.params, l2);
+  const dim3 grid(unsigned(1 + preparers)), block(kOneBlockThreads);
+  if (prepare.fp8) launch_dependent(prepare_and_plan<true>, grid, block, l.shared, s, q, l.params);
+  else launch_dependent(prepare_and_plan<false>, grid, block, l.shared, s, q, l.params);
 }
 
 void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, Stream stream) {

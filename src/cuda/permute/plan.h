@@ -59,24 +59,10 @@ Status can_implement(const PlanProblem& problem);
 std::size_t workspace_size(const PlanProblem& problem);  // covers both paths (one_block uses none)
 void run(const PlanProblem& problem, const PlanArgs& args, core::Workspace workspace, Stream stream);
 
-// Optional in the plan's launch: the next kernels' weights brought into L2 while the plan runs, for
-// every distinct local expert the slots name (T k <= kL2Slots). Range r of expert e is [base + e
-// bytes, + bytes) (whole 16-byte units of it); its blocks issue bulk L2 prefetches, nothing waits.
-inline constexpr int kL2Ranges = 4, kL2Slots = 64;
-struct L2Prefetch {
-  struct Range {
-    const void* base = nullptr;
-    std::int64_t bytes = 0;  // per expert
-  };
-  Range ranges[kL2Ranges];
-  int count = 0;
-};
-
 // The input's preparation in the plan's launch (one_block path only): what the Prepare stage does
 // for fp8-block and bf16 layers (the 1x128 quantization, the same bits; or the bf16 copy), times
-// the weight where it goes on the input. Block 0 plans, the next blocks prepare the rows, the last
-// prefetch `l2` where it has ranges; the launch may start while the previous kernel on the stream
-// finishes (programmatic dependent).
+// the weight where it goes on the input. Block 0 plans, the other blocks prepare the rows; the
+// launch may start while the previous kernel on the stream finishes (programmatic dependent).
 struct PrepareArgs {
   const void* hidden = nullptr;    // [T, H] bf16
   const float* weights = nullptr;  // [T] with the weight on the input (k = 1), else null
@@ -85,7 +71,6 @@ struct PrepareArgs {
   std::int64_t hidden_size = 0;    // H, a multiple of 128 (bf16: of 64)
   bool fp8 = true;
   bool ue8m0 = false;
-  L2Prefetch l2;  // none by default
 };
 void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream);
 

@@ -23,59 +23,12 @@ struct PrepareParams {
   bool ue8m0;
 };
 
-// The weights to prefetch (plan.h L2Prefetch): range r of expert e at base[r] + e bytes[r], cut
-// into chunks[r] pieces of at most kL2Chunk; units per expert, the sum of the chunks.
-inline constexpr std::int64_t kL2Chunk = 64 * 1024;
-struct L2Params {
-  const std::uint8_t* base[kL2Ranges];
-  std::int64_t bytes[kL2Ranges];
-  int chunks[kL2Ranges];
-  int ranges;
-  int units;        // per expert
-  int first_block;  // the launch's blocks from here prefetch (gridDim.x: none)
-};
-
-__device__ __forceinline__ void prefetch_l2(const std::uint8_t* p, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// Prefetching block `block` of `blocks`, warp 0: the distinct local experts of the slots (at most
-// kL2Slots, host-checked) in slot order, then unit u of the walk (expert u / units, then its ranges'
-// chunks) on block u % blocks: one bulk prefetch of the chunk's whole 16-byte units.
-__device__ __forceinline__ void prefetch_weights(const L2Params& l2, const PlanParams& plan, int block, int blocks) {
-  __shared__ int experts[kL2Slots];
-  if (threadIdx.x >= 32) return;
-  const int lane = int(threadIdx.x);
-  int n = 0;
-  for (int first = 0; first < int(plan.slots); first += 32) {
-    const int i = first + lane;
-    int e = i < int(plan.slots) ? __ldg(plan.ids + i) - plan.first : -1;
-    if (e >= plan.experts) e = -1;
-    for (int j = 0; j < i && e >= 0; ++j)
-      if (__ldg(plan.ids + j) - plan.first == e) e = -1;  // an earlier slot names it
-    const unsigned found = __ballot_sync(~0u, e >= 0);
-    if (e >= 0) experts[n + __popc(found & ((1u << lane) - 1))] = e;
-    n += __popc(found);
-  }
-  __syncwarp();
-  for (int u = block + lane * blocks; u < n * l2.units; u += 32 * blocks) {
-    const int e = experts[u / l2.units];
-    int c = u % l2.units, r = 0;
-    while (c >= l2.chunks[r]) c -= l2.chunks[r++];
-    const auto start = reinterpret_cast<std::uintptr_t>(l2.base[r] + e * l2.bytes[r]);
-    const std::uintptr_t lo = (start + 15) / 16 * 16, hi = (start + std::uintptr_t(l2.bytes[r])) / 16 * 16;
-    const std::uintptr_t at = lo + std::uintptr_t(c) * std::uintptr_t(kL2Chunk);
-    if (at < hi) prefetch_l2(reinterpret_cast<const std::uint8_t*>(at), std::uint32_t(min(hi - at, std::uintptr_t(kL2Chunk))));
-  }
-}
-
-// Block 0 builds the plan (plan_in_block); the next ones quantize the input as the Prepare stage's
+// Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
 // fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copy it
-// (times the weight where it goes on the input); the last ones, where asked, prefetch the experts'
-// weights into L2: every step in one launch, a programmatic dependent of the routing kernel (or of
-// the caller's last one). Host side: run_prepared (plan.h).
+// (times the weight where it goes on the input): every step in one launch, a programmatic
+// dependent of the routing kernel (or of the caller's last one). Host side: run_prepared (plan.h).
 template <bool kFp8>
-__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan, L2Params l2) {
+__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan) {
   extern __shared__ int shared_ints[];
   __shared__ int scan_shared[33];
   grid_dependency_wait();
@@ -84,13 +37,9 @@ __global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PreparePara
     plan_in_block(plan, shared_ints, scan_shared);
     return;
   }
-  if (int(blockIdx.x) >= l2.first_block) {
-    prefetch_weights(l2, plan, int(blockIdx.x) - l2.first_block, int(gridDim.x) - l2.first_block);
-    return;
-  }
   const int groups = (q.hidden_size + 127) / 128, pairs = (groups + 1) / 2;
   const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
-  const std::int64_t warps = std::int64_t(l2.first_block - 1) * (blockDim.x / 32);
+  const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
   for (std::int64_t item = std::int64_t(blockIdx.x - 1) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
        item += warps) {
     const std::int64_t t = item / pairs;
