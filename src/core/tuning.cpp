@@ -142,6 +142,14 @@ TuningSource load_tuning(const TuningOptions& options, const io::TuningDevice& h
   } catch (const Error& e) {
     s.problem = std::string("rejected: ") + e.what();
     log(LogLevel::warn, "tuning cache " + s.file + " (" + s.origin + ") ignored, the heuristic decides: " + e.what());
+    return s;
+  }
+  // A cache measured on other GPUs applies nowhere here (each entry names its GPU): say so where it
+  // is reported, not only entry by entry.
+  if (here.sms > 0 && !measured_on(*s.cache, here)) {
+    s.origin += "; no entry of it was measured on " + quoted(here.gpu) + " with " + std::to_string(here.sms) +
+                " SMs, so the heuristic decides";
+    log(LogLevel::warn, "tuning cache " + s.file + ": " + s.origin);
   }
   return s;
 }

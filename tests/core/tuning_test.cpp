@@ -145,6 +145,15 @@ TEST(CoreTuning, LoadingFollowsOptionsThenTheEnvironmentThenTheDefaultPath) {
     const test::ScopedEnv env("MOEKIT_TUNING_CACHE", "off");
     EXPECT_EQ(load_tuning({}, kHere).problem, "off (MOEKIT_TUNING_CACHE)");
   }
+  {  // a cache of another GPU loads, and its report says it applies nowhere here
+    io::TuningEntry other = entry(1, "a");
+    other.device.gpu = "NVIDIA H100 80GB HBM3";
+    const TuningSource s = given({other});
+    ASSERT_NE(s.cache, nullptr) << s.problem;
+    EXPECT_EQ(s.origin, "LayerOptions::tuning; no entry of it was measured on 'NVIDIA H200' with 132 SMs, so the heuristic decides");
+    EXPECT_NE(s.to_string().find("so the heuristic decides): 1 entries"), std::string::npos) << s.to_string();
+    EXPECT_EQ(given({entry(1, "a")}).origin, "LayerOptions::tuning");
+  }
 }
 
 // The caches shipped in data/tuning/, as an installed moekit holds them beside its binary.
