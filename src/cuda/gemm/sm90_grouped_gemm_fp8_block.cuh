@@ -26,8 +26,8 @@
 //      part is promoted; kSumK 32: each of the four WGMMAs from zero, promoted alone, the parts
 //      taking turns by WGMMA. A warpgroup with no rows in the tile (a group's last, short tile) skips it
 //   5. out (sm90_grouped_gemm_fp8_block_epilogue.cuh) for the rows of the group that carry data
-//      (counts): bf16 through a per-warp staging buffer (stmatrix, then 16-byte stores of whole rows'
-//      sectors), or the activated FP8 rows and their scales (GEMM1's outputs rounded to bf16 first,
+//      (counts): bf16 through two per-warp staging buffers (stmatrix, then TMA bulk stores, or 16-byte
+//      stores of whole rows' sectors), or the activated FP8 rows and their scales (GEMM1's outputs rounded to bf16 first,
 //      as the activation stage reads them); nothing else is written
 #pragma once
 
@@ -239,13 +239,13 @@ struct TileTable {
     return t;
   }
 
-  // The same walk in units of `cluster` neighbouring row tiles of one column tile (the table built
-  // with tile_rows kTileRows x cluster): the block of rank `rank` takes the rank-th row tile of its
-  // unit, past the group's rows for the second of an odd count (it computes nothing).
+  // The same walk in units of two neighbouring row tiles of one column tile (the table built with
+  // tile_rows 2 kTileRows): the block of rank `rank` takes the rank-th row tile of its unit, past the
+  // group's rows for the second of an odd count (it computes nothing).
   template <int kTileRows, int kCols>
-  __device__ Tile find_rows(const Params& p, int index, int cluster, int rank) const {
+  __device__ Tile find_rows(const Params& p, int index, int rank) const {
     Tile t = find<kTileRows * 2, kCols>(p, index);
-    t.m0 = t.m0 / (kTileRows * 2) * cluster * kTileRows + rank * kTileRows;
+    t.m0 += rank * kTileRows;
     return t;
   }
 };
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0, count = 0;
     std::uint32_t parity = 0;
     for (int index = first; index < walk.total; index += step, ++count) {
-      const Tile t = cluster == 1 ? walk.find<kRows, S::kOutCols>(p, index) : walk.find_rows<kRows, S::kOutCols>(p, index, cluster, rank);
+      const Tile t = cluster == 1 ? walk.find<kRows, S::kOutCols>(p, index) : walk.find_rows<kRows, S::kOutCols>(p, index, rank);
       slots[count % kTileSlots] = t;
       // The A scales of the tile's 128 rows, [k_blocks, padded] from the group's start (past the
       // group's rows: another group's, or zeros). The W rows: [n0, n0 + kN), or the gate rows
