@@ -364,7 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- math warpgroups: c takes rows [64 c, 64 c + 64) of a tile; this thread rows lo and lo + 8,
   // and of each 8 columns the two at 2 (lane % 4)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegisters));
-  const int c = warpgroup, warp = int(threadIdx.x / 32) % 4;
+  // warp is broadcast from lane 0 (warp_uniform) like the tiles: store_staged branches on it, and a
+  // branch ptxas cannot prove warp-uniform puts the K loop's stage indices and WGMMA descriptors of
+  // every later tile in per-lane registers (an R2UR per descriptor, a WARPSYNC per branch)
+  const int c = warpgroup, warp = warp_uniform(int(threadIdx.x / 32) % 4);
   const int local = c * 64 + warp * 16 + lane / 4;
   std::uint8_t* staging = smem + S::kStagingOffset + (c * 4 + warp) * 2 * kStagingBytes;
   constexpr int kRegs = S::kWgmmaN / 2;
