@@ -181,7 +181,6 @@ void run_case(const Case& c) {
   std::vector<Run> runs;
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
     const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
-                        tile == GemmTile::tokens8_n64_wgmma ||
                         tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma ||
                         tile == GemmTile::tokens8_n256_act || tile == GemmTile::tokens16_n256_act ||
                         tile == GemmTile::tokens32_n256_act;

@@ -377,12 +377,11 @@ TEST_P(CudaGroupedGemmByIndex, MatchesTheGatheredRowsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmByIndex,
                          ::testing::Values(GemmTile::tokens8_n128_wgmma, GemmTile::tokens32_n128_wgmma,
-                                           GemmTile::tokens8_n64_wgmma, GemmTile::tokens8_n256_act,
-                                           GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act),
+                                           GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act,
+                                           GemmTile::tokens32_n256_act),
                          [](const ::testing::TestParamInfo<GemmTile>& info) {
                            switch (info.param) {
                              case GemmTile::tokens8_n128_wgmma: return std::string("tokens8");
-                             case GemmTile::tokens8_n64_wgmma: return std::string("tokens8_n64");
                              case GemmTile::tokens32_n128_wgmma: return std::string("tokens32");
                              case GemmTile::tokens8_n256_act: return std::string("tokens8_act");
                              case GemmTile::tokens16_n256_act: return std::string("tokens16_act");

@@ -32,7 +32,7 @@ const Shape kShapes[] = {
     {"smallest_n16_k16", {3, 0, 5}, 16, 16},
     {"decode_rows_le8_n1536_k2048", {1, 0, 8, 3, 0, 0, 2, 1, 0, 7}, 1536, 2048},
     {"decode_one_row_n7168_k2048", {0, 0, 1, 0, 1}, 7168, 2048},
-    // N past whole W tiles of 128 and of 64 rows (400 = 3 x 128 + 16 = 6 x 64 + 16)
+    // N past whole W tiles of 128 rows (400 = 3 x 128 + 16)
     {"decode_partial_w_tile_n400_k256", {2, 0, 5, 1, 9}, 400, 256},
     {"rows_past_8_n256_k384", {9, 17, 0, 24}, 256, 384},
     {"prefill_rows_n256_k7168", {155, 0, 160, 129, 140}, 256, 7168},
@@ -85,7 +85,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                      : info.param.tile == GemmTile::m128_n128_f16 ? "_f16_128_"
                      : info.param.tile == GemmTile::m64_n128_f16 ? "_f16_64_"
                      : info.param.tile == GemmTile::tokens8_n128_wgmma ? "_decode8_"
-                     : info.param.tile == GemmTile::tokens8_n64_wgmma ? "_decode8_n64_"
                      : info.param.tile == GemmTile::tokens16_n128_wgmma ? "_decode16_"
                      : info.param.tile == GemmTile::tokens32_n128_wgmma ? "_decode32_"
                      : info.param.tile == GemmTile::m128_n128_persistent ? "_persistent128_"
@@ -219,7 +218,7 @@ std::vector<Case> all_cases() {
             if (takes(padding, s)) cases.push_back({kind, tile, s, padding});
     // The warp-MMA and decode kernels take whole 128-K blocks (can_implement says so).
     for (GemmTile tile : {GemmTile::rows8_warp_mma, GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma,
-                          GemmTile::tokens32_n128_wgmma, GemmTile::tokens8_n64_wgmma})
+                          GemmTile::tokens32_n128_wgmma})
       for (const Shape& s : shapes())
         if (takes(padding, s) && cuda::can_implement({GemmKind::fp8_block, 1, s.n, s.k, 16, 16}, {tile}))
           cases.push_back({GemmKind::fp8_block, tile, s, padding});

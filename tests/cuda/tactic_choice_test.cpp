@@ -122,11 +122,10 @@ TEST_P(TacticChoice, TunedSelectionOfTheHeuristicsTacticIsTheHeuristics) {
 // 1176: deepseek-v3's six buckets from T=512, 260 of them, took 34.3 s on 2026-12-04; the decode
 // kernel's activated GEMM1 tiles 1570, all at T <= 2048 where a measurement takes microseconds),
 // and the variants of the kVariantLeaders candidates with the most per bucket (the cluster and
-// combine tiles and the decode tile of 64 W rows: the second round, 1626 in all with one leader and
-// no 64-row tile, 1869 with it; the 160-column persistent tiles among the candidates and the
-// TMA-store twins of the 128- and 192-column ones as variants, 2244 now: 375 more, all at the
-// prefill buckets (deepseek-v3's six from T=512 took 34.3 s for 260); a decode bucket's measurement
-// takes ~10-20 ms).
+// combine tiles: the second round, 1626 in all with one leader; the 160-column persistent tiles
+// among the candidates and the TMA-store twins of the 128- and 192-column ones as variants, 2244 with
+// the decode tile of 64 W rows (removed since): 375 more, all at the prefill buckets (deepseek-v3's
+// six from T=512 took 34.3 s for 260); a decode bucket's measurement takes ~10-20 ms).
 TEST(TacticBudget, BothPresetsTakeFewMeasurements) {
   std::size_t n = 0;
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b"}) {
@@ -223,8 +222,7 @@ TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
   for (const cuda::Tactic& t : cuda::candidate_tactics(in_ep))
     for (const cuda::Tactic& v : cuda::tactic_variants(t, in_ep)) EXPECT_NE(cuda::output_of(v.gemm2.tile), cuda::GemmOutput::combined) << v.name();
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
-  const cuda::Tactic n64{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n64_wgmma}};
-  EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined, n64}));
+  EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined}));
   EXPECT_EQ(cuda::staged_steps(c, 1, combined),
             "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
             "activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");

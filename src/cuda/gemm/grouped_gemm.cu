@@ -51,7 +51,6 @@ std::string_view to_string(GemmTile tile) {
     case GemmTile::m128_n128_f16: return "128x128 f16 wgmma on fp8, f32 every 128 K";
     case GemmTile::m64_n128_f16: return "64x128 f16 wgmma on fp8, f32 every 128 K";
     case GemmTile::tokens8_n128_wgmma: return "8 rows x 128 wgmma (W as A), f32 every 128 K";
-    case GemmTile::tokens8_n64_wgmma: return "8 rows x 64 wgmma (W as A), f32 every 128 K";
     case GemmTile::tokens16_n128_wgmma: return "16 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::tokens32_n128_wgmma: return "32 rows x 128 wgmma (W as A), f32 every 128 K";
     case GemmTile::m128_n128_persistent: return "128x128 persistent wgmma, f32 every 128 K";
@@ -181,7 +180,6 @@ GemmChoice choose_gemm_config(const GroupedGemmDesc& desc, double rows_per_group
 bool reads_rows_by_index(GemmTile tile) {
   switch (tile) {
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n64_wgmma:
     case GemmTile::tokens16_n128_wgmma:
     case GemmTile::tokens32_n128_wgmma:
     case GemmTile::tokens8_n256_act:
@@ -218,7 +216,6 @@ std::int64_t computed_rows(GemmTile tile, std::int64_t rows) {
     case GemmTile::m64_n128_f16: return up(rows, 64);
     case GemmTile::rows8_warp_mma:
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n64_wgmma:
     case GemmTile::tokens8_n256_act:
     case GemmTile::tokens8_n128_combine: return up(rows, 8);
     case GemmTile::tokens16_n128_wgmma:

@@ -62,8 +62,6 @@ enum class GemmTile : std::uint8_t {
   tokens8_n128_combine,   // the decode kernel for GEMM2 + the weighted combine (GemmOutput::combined):
   tokens16_n128_combine,  //   the block that stores a 128-column block's last tile sums that block's
                           //   columns of every token's k rows
-  tokens8_n64_wgmma,      // the decode kernel with 64 W rows a tile (one consumer warpgroup): twice the
-                          //   tiles, each SM's share of W even where 128-row tiles come a few per SM
   m128_n160_persistent,   // the persistent tiles 160 columns wide (straddling 2 W scales, as 192):
                           //   measured fastest at deepseek-v3's GEMM2 (N 7168, K 2048; H100, 2026-12-05)
   m128_n128_persistent_tma,  // the persistent 128 x 128 and 128 x 192 tiles writing their bf16 rows by
@@ -90,7 +88,7 @@ inline constexpr GemmTile kAllGemmTiles[] = {
     GemmTile::tokens192_n128_persistent, GemmTile::m128_n128_persistent_k32, GemmTile::tokens8_n256_act,
     GemmTile::tokens16_n256_act,     GemmTile::tokens32_n256_act,  GemmTile::m128_n128_persistent_x2,
     GemmTile::m128_n192_persistent_x2, GemmTile::m128_n256_persistent_act_x2, GemmTile::tokens192_n128_persistent_x2,
-    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine, GemmTile::tokens8_n64_wgmma,
+    GemmTile::tokens8_n128_combine,  GemmTile::tokens16_n128_combine,
     GemmTile::m128_n160_persistent,  GemmTile::m128_n128_persistent_tma, GemmTile::m128_n192_persistent_tma};
 
 std::string_view to_string(GemmKind kind);

@@ -43,7 +43,8 @@ namespace moekit::cuda::sm90::fp8_decode {
 
 using namespace wgmma;
 
-constexpr int kConsumers = 2;  // a 128-row W tile's warpgroups of 64 W rows (kAct: 64 channels)
+constexpr int kConsumers = 2;  // warpgroups of 64 W rows (kAct: 64 channels): the 128 of a tile
+constexpr int kThreads = (1 + kConsumers) * 128;
 constexpr int kBlocksPerSm = 2;
 constexpr int kPipelineBytes = 104 * 1024;  // a block's stages, two blocks to an SM
 
@@ -75,25 +76,19 @@ struct CombineOut {
 };
 
 // The instances that may combine (tokens{8,16}_n128_combine): the others are built without it.
-template <int kN, bool kAct, int kW = kTileN>
-constexpr bool kCombines = !kAct && kN <= 16 && kW == kTileN;
+template <int kN, bool kAct>
+constexpr bool kCombines = !kAct && kN <= 16;
 
-// kW W rows a tile: 128 (two consumer warpgroups), or 64 (one; tokens8_n64_wgmma, bf16 out): twice
-// the tiles, so that a GEMM whose tiles outnumber the SMs a few times over spreads its bytes evenly
-// (deepseek-v3 GEMM2 at T=1: 448 tiles of 128 rows, 4 on some SMs against 3.4 on average).
-template <int kN, bool kAct, int kW = kTileN>
+template <int kN, bool kAct>
 struct Shape {
   static_assert(kN == 8 || kN == 16 || kN == 32, "row tiles of 8, 16 or 32");
-  static_assert(kW == kTileN || (kW == 64 && !kAct), "W tiles of 128 rows, or 64 without the activation");
-  static constexpr int kGroups = kW / 64;          // consumer warpgroups
-  static constexpr int kThreads = (1 + kGroups) * 128;
   static constexpr int kWTiles = kAct ? 2 : 1;     // gate and up
   static constexpr int kTileABytes = kN * kTileK;  // the rows: whole 8-row swizzle atoms
-  static constexpr int kStageBytes = kTileABytes + kWTiles * kW * kTileK;
+  static constexpr int kStageBytes = kTileABytes + kWTiles * kTileN * kTileK;
   static constexpr int kStages = kPipelineBytes / kStageBytes;
   // kAct: each consumer warp's row maxima, two tiles' worth (a tile's are read while the next
   // tile's may be written).
-  static constexpr int kMaxBytes = kAct ? 2 * kGroups * 4 * kN * 4 : 0;
+  static constexpr int kMaxBytes = kAct ? 2 * kConsumers * 4 * kN * 4 : 0;
   // The 1024-byte alignment, the stages, the row maxima, the barriers (2 per stage), the ring's tile
   // slot and its scale slots ([stages][kN] rows', [stages][kWTiles] W's).
   static constexpr int kSmemBytes =
@@ -103,14 +98,14 @@ struct Shape {
 };
 
 // The tile table: first[g] the number of group g's first tile (the tiles of kN rows over N's
-// kW-column tiles, group after group), first[groups] all tiles; row0[g] = offsets[g] (g <= groups),
+// 128-column tiles, group after group), first[groups] all tiles; row0[g] = offsets[g] (g <= groups),
 // so that a tile's rows come from shared memory too: its first loads need no global round trip after
 // the table. One warp, each lane a run of consecutive groups, every count and offset loaded at once.
 constexpr int kMaxGroups = 1024;
-template <int kN, int kW>
+template <int kN>
 __device__ void build_tile_table(const Params& p, int* first, int* row0) {
   const int lane = int(threadIdx.x % 32);
-  const int n_tiles = (p.n + kW - 1) / kW;
+  const int n_tiles = (p.n + kTileN - 1) / kTileN;
   const int per_lane = (p.groups + 31) / 32, g0 = lane * per_lane;
   int tiles[kMaxGroups / 32];
 #pragma unroll
@@ -143,7 +138,7 @@ __device__ void build_tile_table(const Params& p, int* first, int* row0) {
 
 // The index-th tile (index < first[groups]): its group by binary search in the table. Every lane of
 // a warp.
-template <int kN, int kW>
+template <int kN>
 __device__ __forceinline__ Tile table_tile(const Params& p, const int* first, const int* row0, int index) {
   int lo = 0, hi = p.groups;  // first[lo] <= index < first[hi]
   while (hi - lo > 1) {
@@ -158,7 +153,7 @@ __device__ __forceinline__ Tile table_tile(const Params& p, const int* first, co
   t.rows = rows_of(p, lo);
   const int m_tiles = (t.rows + kN - 1) / kN, u = index - first[lo];
   t.m0 = u % m_tiles * kN;
-  t.n0 = u / m_tiles * kW;
+  t.n0 = u / m_tiles * kTileN;
   return warp_uniform(t);
 }
 
@@ -172,11 +167,11 @@ __device__ __forceinline__ void copy16_async(std::uint32_t dst, const void* src,
                : "memory");
 }
 
-template <int kN, bool kAct, int kW>
+template <int kN, bool kAct>
 __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const CUtensorMap& map_w, const Params& p,
                                                const IndexedA& ia, int w_rows, const Tile& t, const Ring& ring,
                                                int& position) {
-  using S = Shape<kN, kAct, kW>;
+  using S = Shape<kN, kAct>;
   const int lane = int(threadIdx.x % 32);
   const int k_blocks = (p.k + kTileK - 1) / kTileK;
   const int n_blocks = (w_rows + kTileN - 1) / kTileN;
@@ -346,11 +341,11 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
   if (threadIdx.x == 128) cb.done[column] = 0;  // every tile of the column block counted: ready for the next launch
 }
 
-template <int kN, bool kAct, int kW>
-__global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
+template <int kN, bool kAct>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     fp8_decode(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w, Params p, IndexedA ia,
                ActOut act, CombineOut cb) {
-  using S = Shape<kN, kAct, kW>;
+  using S = Shape<kN, kAct>;
   extern __shared__ std::uint8_t smem_raw[];
   Tile* unused = nullptr;
   const Ring ring = ring_layout<kN>(smem_raw, S::kStages, S::kStageBytes, S::kMaxBytes, unused);
@@ -358,14 +353,13 @@ __global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
                                            S::kStages * S::kStageBytes);  // [2][kConsumers * 4][kN]
   __shared__ int tile_first[kMaxGroups + 1], tile_row0[kMaxGroups + 1];  // the tile table (build_tile_table)
   __shared__ int combine_last;                 // combine_after_tile's
-  if (threadIdx.x == 0) init_ring(ring, true, S::kGroups * 128);
-  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN, kW>(p, tile_first, tile_row0);
+  if (threadIdx.x == 0) init_ring(ring, true, kConsumers * 128);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) build_tile_table<kN>(p, tile_first, tile_row0);
   __syncthreads();
   const int tiles = tile_first[p.groups];
-  if (kCombines<kN, kAct, kW> && cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
+  if (kCombines<kN, kAct> && cb.out && tiles == 0) {  // no slot has a row: every token's sum is 0
     const std::int64_t values = std::int64_t(cb.tokens) * p.n;
-    for (std::int64_t i = blockIdx.x * std::int64_t(S::kThreads) + threadIdx.x; i < values;
-         i += std::int64_t(gridDim.x) * S::kThreads)
+    for (std::int64_t i = blockIdx.x * std::int64_t(kThreads) + threadIdx.x; i < values; i += std::int64_t(gridDim.x) * kThreads)
       cb.out[i] = 0;
     return;
   }
@@ -378,8 +372,7 @@ __global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
     if (threadIdx.x >= 32) return;
     int position = 0;
     for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x))
-      produce_decode<kN, kAct, kW>(map_a, map_w, p, ia, w_rows, table_tile<kN, kW>(p, tile_first, tile_row0, index), ring,
-                                   position);
+      produce_decode<kN, kAct>(map_a, map_w, p, ia, w_rows, table_tile<kN>(p, tile_first, tile_row0, index), ring, position);
     return;
   }
 
@@ -395,7 +388,7 @@ __global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
   constexpr std::uint64_t kUpTile = kTileN * kTileK / 16;  // descriptor units
   int position = 0, tiles_done = 0;
   for (int index = int(blockIdx.x); index < tiles; index += int(gridDim.x), ++tiles_done) {
-    const Tile t = table_tile<kN, kW>(p, tile_first, tile_row0, index);
+    const Tile t = table_tile<kN>(p, tile_first, tile_row0, index);
 #pragma unroll
     for (int w = 0; w < S::kWTiles; ++w)
 #pragma unroll
@@ -445,7 +438,7 @@ __global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
         if (row < t.rows && channel < p.n)
           p.d[(std::size_t(t.row0) + row) * p.n + channel] = __float2bfloat16_rn(acc[0][i]);
       }
-      if constexpr (kCombines<kN, kAct, kW>) {
+      if constexpr (kCombines<kN, kAct>) {
         if (cb.out) combine_after_tile(p, cb, t, tiles / ((p.n + kTileN - 1) / kTileN), combine_last);
       }
     }
@@ -455,18 +448,18 @@ __global__ void __launch_bounds__(Shape<kN, kAct, kW>::kThreads, kBlocksPerSm)
 // Persistent: at most two blocks per SM, each walking every grid-th tile. kAct: N = 2I (gate
 // rows, then up rows), the tiles over I. GemmOutput::combined: workspace holds the column blocks'
 // counts (combined_workspace_size).
-template <int kN, bool kAct, int kW = kTileN>
+template <int kN, bool kAct>
 void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspace, cudaStream_t stream) {
-  using S = Shape<kN, kAct, kW>;
+  using S = Shape<kN, kAct>;
   GroupedGemmDesc tiles = desc;
   if (kAct) tiles.n = desc.n / 2;
-  TileLaunch l = tile_launch(tiles, args, kN, kW);
+  TileLaunch l = tile_launch(tiles, args, kN);
   if (l.blocks == 0) {  // no rows: the combine's sums are 0
     if (desc.output == GemmOutput::combined && args.combined.tokens > 0)
       MOEKIT_CUDA_CHECK(cudaMemsetAsync(args.combined.out, 0, sizeof(bf16) * std::size_t(args.combined.tokens * desc.n), stream));
     return;
   }
-  l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kW);
+  l.map_w = tile_map(args.w, desc.groups * desc.n, desc.k, kTileN);
   const unsigned grid = std::min<unsigned>(l.blocks, unsigned(kBlocksPerSm * multiprocessor_count()));
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(tiles.n), o.act, o.alpha, o.limit, o.ue8m0};
@@ -475,15 +468,15 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, void* workspa
   const IndexedA ia{desc.a_by_index ? args.a_rows : nullptr, static_cast<const std::uint8_t*>(args.a)};
   CombineOut cb{};
   if (desc.output == GemmOutput::combined) {
-    require(kCombines<kN, kAct, kW>, "decode WGMMA GEMM: the combine takes the 8- and 16-row tiles of 128 W rows");
+    require(kCombines<kN, kAct>, "decode WGMMA GEMM: the combine takes the 8- and 16-row tiles");
     const CombinedOut& c = args.combined;
     require(c.slot_rows && c.out && workspace && c.top_k > 0 && c.tokens > 0 && c.tokens < (std::int64_t(1) << 31),
             "decode WGMMA GEMM + combine: slot_rows, out, workspace and tokens, top_k > 0 are required");
     cb = {c.slot_rows, c.weights, reinterpret_cast<std::uint16_t*>(c.out), static_cast<std::int32_t*>(workspace),
           int(c.tokens), c.top_k};
   }
-  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct, kW>), S::kSmemBytes);
-  fp8_decode<kN, kAct, kW><<<grid, S::kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act, cb);
+  allow_dynamic_shared(reinterpret_cast<const void*>(&fp8_decode<kN, kAct>), S::kSmemBytes);
+  fp8_decode<kN, kAct><<<grid, kThreads, S::kSmemBytes, stream>>>(l.map_a, l.map_w, l.params, ia, act, cb);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_decode");
 }
 

@@ -45,7 +45,6 @@
   X(GemmKind::fp8_block, GemmTile::tokens192_n128_persistent_x2, fp8_block_swap_x2) \
   X(GemmKind::fp8_block, GemmTile::tokens8_n128_combine, fp8_block_decode8_combine) \
   X(GemmKind::fp8_block, GemmTile::tokens16_n128_combine, fp8_block_decode16_combine) \
-  X(GemmKind::fp8_block, GemmTile::tokens8_n64_wgmma, fp8_block_decode8_n64)       \
   X(GemmKind::fp8_block, GemmTile::m128_n160_persistent, fp8_block_n160)            \
   X(GemmKind::fp8_block, GemmTile::m128_n128_persistent_tma, fp8_block_n128_tma)    \
   X(GemmKind::fp8_block, GemmTile::m128_n192_persistent_tma, fp8_block_n192_tma)

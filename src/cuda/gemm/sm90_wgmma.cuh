@@ -398,23 +398,22 @@ inline CUtensorMap tile_map(const void* base, std::int64_t rows, std::int64_t k,
   return map;
 }
 
-// A launch over every tile that may have rows (blocks 0: none), with its tensor maps and Params;
-// tiles of tile_rows rows by w_rows W rows.
+// A launch over every tile that may have rows (blocks 0: none), with its tensor maps and Params.
 struct TileLaunch {
   unsigned blocks;
   CUtensorMap map_a, map_w;
   Params params;
 };
-inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, int tile_rows, int w_rows = kTileN) {
+inline TileLaunch tile_launch(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, int tile_rows) {
   // At most this many tiles have rows: a row tile per tile_rows rows plus a partial one per group.
   const std::int64_t rows = args.counts && desc.data_rows > 0 ? desc.data_rows : desc.max_rows;
   if (rows == 0) return {};
   const std::int64_t row_tiles = (rows + tile_rows - 1) / tile_rows + std::min(desc.groups, rows);
-  const std::int64_t blocks = row_tiles * ((desc.n + w_rows - 1) / w_rows);
+  const std::int64_t blocks = row_tiles * ((desc.n + kTileN - 1) / kTileN);
   // Below 2^30: a block's next tile index (index + grid, both below `blocks`) stays an int.
   require(blocks < (std::int64_t(1) << 30), [&] { return "FP8 WGMMA GEMM: too many tiles, " + std::to_string(blocks); });
   return {unsigned(blocks), tile_map(args.a, desc.max_rows, desc.k, tile_rows),
-          tile_map(args.w, desc.groups * desc.n, desc.k, w_rows),
+          tile_map(args.w, desc.groups * desc.n, desc.k, kTileN),
           Params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
                  int(desc.groups), int(desc.n), int(desc.k)}};
 }

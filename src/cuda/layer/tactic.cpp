@@ -22,7 +22,6 @@ double max_rows_per_group(GemmTile tile) {
   switch (tile) {
     case GemmTile::rows8_warp_mma: return 8;
     case GemmTile::tokens8_n128_wgmma:
-    case GemmTile::tokens8_n64_wgmma:
     case GemmTile::tokens8_n256_act:
     case GemmTile::tokens8_n128_combine: return 16;
     case GemmTile::tokens16_n128_wgmma:
@@ -72,8 +71,7 @@ std::vector<GemmTile> allowed_tiles(GemmKind kind, GemmSums sums, bool batch_inv
     if (sums == GemmSums::tensor_core)
       tiles.insert(tiles.end(), {GemmTile::tokens8_n128_wgmma, GemmTile::tokens16_n128_wgmma, GemmTile::tokens32_n128_wgmma,
                                  GemmTile::tokens8_n256_act, GemmTile::tokens16_n256_act, GemmTile::tokens32_n256_act,
-                                 GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine,
-                                 GemmTile::tokens8_n64_wgmma});
+                                 GemmTile::tokens8_n128_combine, GemmTile::tokens16_n128_combine});
   }
   return tiles;
 }
@@ -99,8 +97,8 @@ double min_rows_per_group(GemmTile tile) {
 }
 
 // The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters
-// and with TMA stores, the decode GEMM2 with the combine, the decode tile of 64 W rows. Candidates take the base tiles; the tuner times the
-// variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
+// and with TMA stores, the decode GEMM2 with the combine. Candidates take the base tiles; the tuner
+// times the variants of the three fastest candidates (tactic_variants, core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent_x2:
@@ -109,8 +107,7 @@ GemmTile base_tile(GemmTile tile) {
     case GemmTile::m128_n192_persistent_tma: return GemmTile::m128_n192_persistent;
     case GemmTile::m128_n256_persistent_act_x2: return GemmTile::m128_n256_persistent_act;
     case GemmTile::tokens192_n128_persistent_x2: return GemmTile::tokens192_n128_persistent;
-    case GemmTile::tokens8_n128_combine:
-    case GemmTile::tokens8_n64_wgmma: return GemmTile::tokens8_n128_wgmma;
+    case GemmTile::tokens8_n128_combine: return GemmTile::tokens8_n128_wgmma;
     case GemmTile::tokens16_n128_combine: return GemmTile::tokens16_n128_wgmma;
     default: return tile;
   }
@@ -182,7 +179,6 @@ std::string_view tile_id(GemmTile tile) {
     case GemmTile::m128_n128_f16: return "m128_n128_f16";
     case GemmTile::m64_n128_f16: return "m64_n128_f16";
     case GemmTile::tokens8_n128_wgmma: return "tokens8_n128_wgmma";
-    case GemmTile::tokens8_n64_wgmma: return "tokens8_n64_wgmma";
     case GemmTile::tokens16_n128_wgmma: return "tokens16_n128_wgmma";
     case GemmTile::tokens32_n128_wgmma: return "tokens32_n128_wgmma";
     case GemmTile::m128_n128_persistent: return "m128_n128_persistent";

@@ -67,9 +67,9 @@ TacticChoice heuristic_tactic(const TacticProblem& p);
 // persistent 128-row tiles below 16).
 std::vector<Tactic> candidate_tactics(const TacticProblem& p);
 // A candidate's variants, the tuner's second round at T (it times those of the three fastest):
-// the tactic with its persistent tiles on 2-block clusters (*_x2), its decode GEMM2 with the
-// weighted combine (tokens*_n128_combine), its 8-row decode tiles of 64 W rows (tokens8_n64_wgmma),
-// or both GEMMs' twins; those that can run. None for min-latency.
+// the tactic with its persistent tiles on 2-block clusters (*_x2) or writing by TMA stores (*_tma),
+// its decode GEMM2 with the weighted combine (tokens*_n128_combine), or both GEMMs' twins; those
+// that can run. None for min-latency.
 std::vector<Tactic> tactic_variants(const Tactic& t, const TacticProblem& p);
 
 // The key of this process's GPU (device 0), CUDA runtime and moekit version.
