@@ -32,6 +32,17 @@ if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } && [ 
     python3 -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
   fi
 fi
+# cuobjdump and nvdisasm, for the SASS check of the WGMMA kernels (ctest sass_uniform_wgmma), where
+# the CUDA toolkit lacks them: PyPI's wheels (scripts/sass_uniform.py finds them there).
+if [ $with_tests -eq 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  for tool in cuobjdump nvdisasm; do
+    if ! command -v $tool >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/$tool ] &&
+       ! python3 -c "import glob, nvidia, sys; sys.exit(not any(glob.glob(p + '/cu*/bin/$tool') for p in nvidia.__path__))" >/dev/null 2>&1; then
+      echo "bootstrap: installing nvidia-cuda-$tool==13.2.51 (pip)"
+      python3 -m pip install -q --no-deps nvidia-cuda-$tool==13.2.51
+    fi
+  done
+fi
 # The Python tests (tests/python): the extension is built by the same CMake build (MOEKIT_PYTHON=ON).
 if [ $with_tests -eq 1 ] && ! python3 -c "import torch, pytest, numpy, nanobind" >/dev/null 2>&1; then
   echo "bootstrap: installing torch==2.11.0 pytest numpy nanobind (pip)"

@@ -300,12 +300,18 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
   if (!last) return;
   __threadfence();  // the other blocks' stores, counted before ours
   // Items (token, 8 columns): the column block's 128 columns in 16 vectors per token. The slots come
-  // kBatch at a time, their rows' loads all in flight, then are added in slot order.
+  // kBatch at a time, their rows' loads all in flight, then are added in slot order. A warp takes 32
+  // consecutive items from a start broadcast from lane 0 and every lane runs the slot loop, its loads
+  // off where its item is past the block: a loop whose trip count ptxas cannot prove warp-uniform (a
+  // loop per lane, or one inside a per-lane branch) makes it keep the tile loop's stage, descriptors
+  // and tile in per-lane registers, in the decode GEMMs that never combine too (the same kernels).
   constexpr int kVectors = kTileN / 8, kBatch = 8;
-  const int vectors = min(kTileN, p.n - t.n0) / 8;
-  for (int item = int(threadIdx.x) - 128; item < cb.tokens * kVectors; item += kConsumers * 128) {
+  const int vectors = min(kTileN, p.n - t.n0) / 8, items = cb.tokens * kVectors;
+  const int lane = int(threadIdx.x % 32);
+  for (int first = warp_uniform(int(threadIdx.x) - 128 - lane); first < items; first += kConsumers * 128) {
+    const int item = first + lane;
     const int token = item / kVectors, v = item % kVectors;
-    if (v >= vectors) continue;
+    const bool valid = item < items && v < vectors;
     float acc[8] = {};
     for (int j0 = 0; j0 < cb.top_k; j0 += kBatch) {
       int row[kBatch];
@@ -313,9 +319,10 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
       uint4 raw[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
+        const bool slot_valid = valid && j0 + b < cb.top_k;
         const std::size_t slot = std::size_t(token) * cb.top_k + j0 + b;
-        row[b] = j0 + b < cb.top_k ? __ldg(cb.slot_rows + slot) : -1;
-        w[b] = cb.weights && j0 + b < cb.top_k ? __ldg(cb.weights + slot) : 1.0f;
+        row[b] = slot_valid ? __ldg(cb.slot_rows + slot) : -1;
+        w[b] = cb.weights && slot_valid ? __ldg(cb.weights + slot) : 1.0f;
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)
@@ -330,6 +337,7 @@ __device__ __forceinline__ void combine_after_tile(const Params& p, const Combin
         for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], cb.weights ? __fmul_rn(w[b], x[i]) : x[i]);
       }
     }
+    if (!valid) continue;
     std::uint16_t* to = cb.out + std::size_t(token) * p.n + t.n0 + 8 * v;
     if (reinterpret_cast<std::uintptr_t>(cb.out) % 16 == 0) {
       *reinterpret_cast<uint4*>(to) = pack_bf16x8(acc);
