@@ -12,7 +12,8 @@ lane): broadcast the value from lane 0 (warp_uniform) or give every lane the war
 Counts, per moekit kernel, the WGMMAs whose descriptor register was written by an R2UR since the
 previous WGMMA; a kernel with more than one (the K loop's first after the prologue may) fails.
 
-    scripts/sass_uniform.py OBJECT...    (the moekit library's object files; others are skipped)
+    scripts/sass_uniform.py OBJECT...    (the moekit library's object files, also as one ;-separated
+                                         argument; others are skipped)
 
 Exit 0: every kernel passes; 1: one or more does not; 77: no cuobjdump or nvdisasm (CTest reports a
 skip). Both are looked for on PATH, beside nvcc, and in PyPI's nvidia-cuda-cuobjdump and
@@ -102,4 +103,5 @@ def main(objects):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # CTest passes $<TARGET_OBJECTS:moekit> as one ;-separated argument
+    sys.exit(main([path for arg in sys.argv[1:] for path in arg.split(";") if path]))
