@@ -82,22 +82,31 @@ std::vector<io::TuningEntry> tune(const TunePlan& plan, TacticTimer& timer, cons
     if (c.tactics.empty()) continue;
     const std::vector<double> us = time(c.tokens, c.tactics, c.tactics.size());
     for (std::size_t i = 0; i < us.size(); ++i) timed.push_back({c.tactics[i], us[i]});
-    // The leaders' variants, those not timed already, beside the leaders again.
-    std::vector<io::TunedTime> leaders = timed;
-    std::stable_sort(leaders.begin(), leaders.end(), [](const io::TunedTime& a, const io::TunedTime& b) { return a.us < b.us; });
-    leaders.resize(std::min(leaders.size(), kVariantLeaders));
+    // The leaders' variants, those not timed already, beside the leaders again. The leaders: the
+    // fastest candidates that bring a variant not timed yet, so that candidates without one (or whose
+    // variants a faster leader brought) do not crowd out a slower candidate's variant.
+    std::vector<io::TunedTime> fastest = timed;
+    std::stable_sort(fastest.begin(), fastest.end(), [](const io::TunedTime& a, const io::TunedTime& b) { return a.us < b.us; });
+    std::vector<io::TunedTime> leaders;
+    std::vector<std::string> variants;
+    for (const io::TunedTime& l : fastest) {
+      if (leaders.size() == kVariantLeaders) break;
+      const auto v = c.variants.find(l.tactic);
+      if (v == c.variants.end()) continue;
+      std::size_t fresh = 0;
+      for (const std::string& tactic : v->second)
+        if (std::find(variants.begin(), variants.end(), tactic) == variants.end() &&
+            std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; })) {
+          variants.push_back(tactic);
+          ++fresh;
+        }
+      if (fresh > 0) leaders.push_back(l);
+    }
+    if (variants.empty()) continue;
     std::vector<std::string> batch;
     for (const io::TunedTime& l : leaders) batch.push_back(l.tactic);
     const std::size_t first_variant = batch.size();
-    for (const io::TunedTime& l : leaders) {
-      const auto v = c.variants.find(l.tactic);
-      if (v == c.variants.end()) continue;
-      for (const std::string& tactic : v->second)
-        if (std::find(batch.begin(), batch.end(), tactic) == batch.end() &&
-            std::none_of(timed.begin(), timed.end(), [&](const io::TunedTime& t) { return t.tactic == tactic; }))
-          batch.push_back(tactic);
-    }
-    if (batch.size() == first_variant) continue;
+    batch.insert(batch.end(), variants.begin(), variants.end());
     const std::vector<double> again = time(c.tokens, batch, batch.size() - first_variant);
     double log_drift = 0;
     for (std::size_t i = 0; i < first_variant; ++i) log_drift += std::log(leaders[i].us / again[i]);

@@ -45,10 +45,12 @@ struct TunePlan {
   std::size_t measurements() const;
 };
 
-// The candidates whose variants are timed: the fastest three. A variant of the fastest alone missed
-// the tile that measured fastest by itself: at deepseek-v3 T=4096 GEMM2's 128 x 192 tile on clusters
-// (1420.7 against 1594.2 us for the best one-block tile, docs/perf-log/grouped-gemm.md G9) while
-// the fastest candidate's GEMM2 was the 128 x 128 tile.
+// The candidates whose variants are timed: the fastest three that bring a variant not timed yet. A
+// variant of the fastest alone missed the tile that measured fastest by itself: at deepseek-v3 T=4096
+// GEMM2's 128 x 192 tile on clusters (1420.7 against 1594.2 us for the best one-block tile,
+// docs/perf-log/grouped-gemm.md G9) while the fastest candidate's GEMM2 was the 128 x 128 tile. The
+// fastest three alone missed GEMM1's activated tile on clusters at deepseek-v3 T >= 8192, where the
+// three were CUTLASS's GEMM1 (no variant) with different GEMM2s.
 inline constexpr std::size_t kVariantLeaders = 3;
 
 // Called before each side-by-side measurement: done of total tactics timed, the case and what is timed now.
@@ -60,7 +62,7 @@ using TuneProgress = std::function<void(std::size_t done, std::size_t total, std
 inline constexpr double kTunedGain = 0.02;
 
 // Times plan.timed(): per case its candidates side by side, then the kVariantLeaders fastest
-// candidates again side by side with their variants, each variant's time scaled by the leaders' own
+// candidates that bring new variants again side by side with those variants, each variant's time scaled by the leaders' own
 // drift between the two measurements (the geometric mean of first / again), so that they compare.
 // Per case the fastest wins (the heuristic's tactic while it is within kTunedGain of the fastest)
 // and the others are its runners-up, fastest first (ties: the earlier candidate, the heuristic

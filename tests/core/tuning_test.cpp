@@ -175,6 +175,14 @@ TEST(CoreTuning, TheShippedCacheIsFoundByGpuNameAndSmCount) {
   EXPECT_NE(tuned.find(256), nullptr) << tuned.report()[0];
   EXPECT_NE(tuned.report()[0].find("h200.json (shipped with moekit for NVIDIA H200 with 132 SMs)"), std::string::npos);
 
+  // The H100 (SXM) has its own, taken before h200.json by name and passed over by the H200.
+  const io::TuningDevice h100{"NVIDIA H100 80GB HBM3", 132, "13.0", std::string(version())};
+  const TuningSource h100_shipped = shipped_tuning(h100, {kShipped});
+  ASSERT_NE(h100_shipped.cache, nullptr) << h100_shipped.problem;
+  EXPECT_EQ(std::filesystem::path(h100_shipped.file).filename(), "h100.json");
+  const TunedTable h100_tuned(h100_shipped, h100, deepseek, "experts");
+  for (const std::int64_t t : {1, 64, 256, 4096, 16384}) EXPECT_NE(h100_tuned.find(t), nullptr) << t;
+
   for (const io::TuningDevice& other : {io::TuningDevice{"NVIDIA Fake GPU", 132, "13.0", "0.1.0"},
                                         io::TuningDevice{"NVIDIA H200", 114, "13.0", "0.1.0"}}) {
     const TuningSource none = shipped_tuning(other, {kShipped});
@@ -311,41 +319,47 @@ TEST(CoreTune, AnEntryKeepsAtMostTheRunnersUpACacheHolds) {
 }
 
 // Variants (a candidate's tiles on clusters, its GEMM2 with the combine) are timed for the three
-// fastest candidates, after the candidates, side by side with those again, and may win; the plan
-// counts the most they may add. A variant's time is scaled by the leaders' drift between the two
-// measurements (here each measurement 10% slower than the one before): it does not count against it.
+// fastest candidates that bring one not timed yet, after the candidates, side by side with those
+// again, and may win; the plan counts the most they may add. A variant's time is scaled by the
+// leaders' drift between the two measurements (here each measurement 10% slower than the one
+// before): it does not count against it.
 TEST(CoreTune, TheLeadersVariantsAreTimedBesideThemAndMayWin) {
   FakeTimer timer;
   timer.drift = 0.1;
   timer.us = {{{1, "h"}, 30}, {{1, "a"}, 10}, {{1, "b"}, 20}, {{1, "c"}, 40}, {{1, "a2"}, 8}, {{1, "a3"}, 12},
-              {{1, "b2"}, 9}, {{4, "h"}, 5},  {{4, "a"}, 6},  {{4, "a2"}, 7}};
+              {{1, "b2"}, 9}, {{1, "c2"}, 50}, {{4, "h"}, 5},  {{4, "a"}, 6},  {{4, "a2"}, 7}};
   TunePlan p = plan(false);
   p.cases[0].tactics.push_back("c");
-  // a's b: timed already; b2 twice: timed once; c is fourth, its c2 not timed.
-  p.cases[0].variants = {{"a", {"a2", "a3", "b"}}, {"b", {"b2"}}, {"h", {"b2"}}, {"c", {"c2"}}};
-  p.cases[2].variants = {{"a", {"a2"}}};  // T=4: the second candidate's variant
-  EXPECT_EQ(p.measurements(), 6u + (3u + 1u + 1u) + 1u);
+  p.cases[0].tactics.push_back("d");
+  timer.us[{1, "d"}] = 45;
+  // a's b: timed already; b2 twice: timed once. h (third) brings nothing new, so c (fourth) leads too;
+  // d (fifth) would, but three lead.
+  p.cases[0].variants = {{"a", {"a2", "a3", "b"}}, {"b", {"b2"}}, {"h", {"b2"}}, {"c", {"c2"}}, {"d", {"d2"}}};
+  p.cases[2].variants = {{"a", {"a2"}}};  // T=4: the second candidate's variant, beside it alone
+  EXPECT_EQ(p.measurements(), 7u + (3u + 1u + 1u) + 1u);
   std::vector<std::string> seen;
   std::vector<std::size_t> done_before;
   const auto entries = tune(p, timer, [&](std::size_t done, std::size_t, std::int64_t t, const std::string& what) {
     done_before.push_back(done);
     seen.push_back(std::to_string(t) + ": " + what);
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"1: 4 tactics side by side", "1: 6 tactics side by side",
-                                            "4: 2 tactics side by side", "4: 3 tactics side by side"}));
-  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 4, 7, 9}));  // the leaders again: not counted twice
+  EXPECT_EQ(seen, (std::vector<std::string>{"1: 5 tactics side by side", "1: 7 tactics side by side",
+                                            "4: 2 tactics side by side", "4: 2 tactics side by side"}));
+  EXPECT_EQ(done_before, (std::vector<std::size_t>{0, 5, 9, 11}));  // the leaders again: not counted twice
   EXPECT_EQ(timer.calls, 4);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].winner.tactic, "a2");
   EXPECT_EQ(entries[0].winner.us, 8.0);  // 8.8 beside the leaders 10% slower than they first measured
-  ASSERT_EQ(entries[0].runners_up.size(), 6u);
+  ASSERT_EQ(entries[0].runners_up.size(), 8u);
   EXPECT_EQ(entries[0].runners_up[0].tactic, "b2");
   EXPECT_EQ(entries[0].runners_up[0].us, 9.0);
   EXPECT_EQ(entries[0].runners_up[1].tactic, "a");
   EXPECT_EQ(entries[0].runners_up[1].us, 10.0);
   EXPECT_EQ(entries[0].runners_up[2].tactic, "a3");
   EXPECT_EQ(entries[0].runners_up[2].us, 12.0);
-  for (const io::TunedTime& t : entries[0].runners_up) EXPECT_NE(t.tactic, "c2");
+  EXPECT_EQ(entries[0].runners_up.back().tactic, "c2");
+  EXPECT_EQ(entries[0].runners_up.back().us, 50.0);
+  for (const io::TunedTime& t : entries[0].runners_up) EXPECT_NE(t.tactic, "d2");
   // T=4 measured third (x 1.2), its variants fourth (x 1.3), scaled back to the third's drift.
   EXPECT_EQ(entries[1].winner.tactic, "h");
   EXPECT_EQ(entries[1].winner.us, 6.0);
