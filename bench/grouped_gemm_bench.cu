@@ -7,6 +7,8 @@
 //                                     rows each; e.g. a layer file's routing, as DeepGEMM's peer runs them)
 //   MOEKIT_BENCH_NO_F16=1: leave out the f16 (strict) tiles
 //   MOEKIT_BENCH_TILES=a,b: only the tiles whose name contains one of these (e.g. persistent,cooperative)
+//   MOEKIT_BENCH_PANEL=0,8,16: each persistent block-scaled tile once per walk: rows fastest (0), or
+//     L2 panels of that many column units, columns fastest within a panel (GroupedGemmArgs::l2_panel)
 //   MOEKIT_BENCH_COLD=1: 256 MiB read before each timed run (outside the events) evicts the L2, so
 //     that decode cases, whose hit weights fit in it, stream them from HBM as the layer does
 // Groups sit in A and D as the layer's plan puts them: each padded to 16 rows, the counts given.
@@ -66,6 +68,29 @@ __global__ void read_through(const uint4* p, std::size_t count, unsigned* sink) 
     x ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (x == 0x9e3779b9U) *sink = x;
+}
+
+// MOEKIT_BENCH_PANEL=0,8,16: the persistent block-scaled tiles' walks to time (GroupedGemmArgs::l2_panel:
+// column units per L2 panel, 0 the rows-fastest walk); default 0 alone.
+std::vector<int> panels() {
+  std::vector<int> out;
+  const char* env = std::getenv("MOEKIT_BENCH_PANEL");
+  for (const char* p = env; p && *p;) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 0 || v > 1024) {
+      std::fprintf(stderr, "MOEKIT_BENCH_PANEL: expected panel widths 0..1024 separated by commas, given '%s'\n", env);
+      std::exit(2);
+    }
+    out.push_back(int(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (out.empty()) out.push_back(0);
+  return out;
+}
+bool has_row_walk() {
+  const std::vector<int> p = panels();
+  return std::find(p.begin(), p.end(), 0) != p.end();
 }
 
 struct Case {
@@ -232,7 +257,29 @@ void run_case(const Case& c) {
       r.args.activated = {r.act_q, static_cast<float*>(r.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
     }
     for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
-    runs.push_back(std::move(r));
+    // The persistent block-scaled tiles once per MOEKIT_BENCH_PANEL walk (GroupedGemmArgs::l2_panel).
+    const bool walks = c.kind == GemmKind::fp8_block &&
+                       std::string(moekit::cuda::to_string(tile)).find("persistent") != std::string::npos;
+    for (const int panel : walks ? panels() : std::vector<int>{0}) {
+      if (panel == 0) continue;
+      Run v = r;  // its own buffers
+      v.args.l2_panel = panel;
+      CHECK(cudaMalloc(&v.workspace, moekit::cuda::workspace_size(v.desc, {tile})));
+      v.act_q = v.act_scales = nullptr;
+      if (activated) {
+        CHECK(cudaMalloc(&v.act_q, rows * (c.n / 2)));
+        CHECK(cudaMalloc(&v.act_scales, rows * (c.n / 256) * sizeof(float)));
+        v.args.activated.q = v.act_q;
+        v.args.activated.scales = static_cast<float*>(v.act_scales);
+      }
+      runs.push_back(std::move(v));
+    }
+    if (!walks || has_row_walk()) runs.push_back(std::move(r));
+    else {
+      cudaFree(r.workspace);
+      cudaFree(r.act_q);
+      cudaFree(r.act_scales);
+    }
   }
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
@@ -266,8 +313,10 @@ void run_case(const Case& c) {
                               : c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
                               : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)
                                                : "rows/group=" + std::to_string(c.rows_per_group);
+    const std::string name = std::string(moekit::cuda::to_string(tile)) +
+                             (r.args.l2_panel > 0 ? ", L2 panels of " + std::to_string(r.args.l2_panel) : std::string());
     std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s W %7.0f GB/s pad %4.1f%%\n",
-                std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
+                std::string(moekit::cuda::to_string(c.kind)).c_str(), name.c_str(),
                 c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6, weight_bytes / ms / 1e6,
                 computed > 0 ? 100.0 * double(computed - data) / double(computed) : 0.0);
     cudaFree(r.workspace);
