@@ -62,8 +62,9 @@ using TuneProgress = std::function<void(std::size_t done, std::size_t total, std
 inline constexpr double kTunedGain = 0.02;
 
 // Times plan.timed(): per case its candidates side by side, then the kVariantLeaders fastest
-// candidates that bring new variants again side by side with those variants, each variant's time scaled by the leaders' own
-// drift between the two measurements (the geometric mean of first / again), so that they compare.
+// candidates that bring new variants again side by side with those variants, each variant's time
+// scaled by the leaders' own drift between the two measurements (the geometric mean of first /
+// again), so that they compare.
 // Per case the fastest wins (the heuristic's tactic while it is within kTunedGain of the fastest)
 // and the others are its runners-up, fastest first (ties: the earlier candidate, the heuristic
 // first). Batch-invariant: one entry (tokens 0) whose times are the geometric means over the cases.

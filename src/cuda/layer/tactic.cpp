@@ -98,7 +98,8 @@ double min_rows_per_group(GemmTile tile) {
 
 // The tile a variant tile varies (else the tile itself): the persistent tiles on 2-block clusters
 // and with TMA stores, the decode GEMM2 with the combine. Candidates take the base tiles; the tuner
-// times the variants of the three fastest candidates that bring new ones (tactic_variants, core::kVariantLeaders).
+// times the variants of the three fastest candidates that bring new ones (tactic_variants,
+// core::kVariantLeaders).
 GemmTile base_tile(GemmTile tile) {
   switch (tile) {
     case GemmTile::m128_n128_persistent_x2:

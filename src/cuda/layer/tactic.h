@@ -66,10 +66,10 @@ TacticChoice heuristic_tactic(const TacticProblem& p);
 // first. Tiles that cannot win are left out (the decode GEMMs past 8 to 64 rows per group, the
 // persistent 128-row tiles below 16).
 std::vector<Tactic> candidate_tactics(const TacticProblem& p);
-// A candidate's variants, the tuner's second round at T (it times those of the three fastest that have new ones):
-// the tactic with its persistent tiles on 2-block clusters (*_x2) or writing by TMA stores (*_tma),
-// its decode GEMM2 with the weighted combine (tokens*_n128_combine), or both GEMMs' twins; those
-// that can run. None for min-latency.
+// A candidate's variants, the tuner's second round at T (it times those of the three fastest that
+// have new ones): the tactic with its persistent tiles on 2-block clusters (*_x2) or writing by TMA
+// stores (*_tma), its decode GEMM2 with the weighted combine (tokens*_n128_combine), or both GEMMs'
+// twins; those that can run. None for min-latency.
 std::vector<Tactic> tactic_variants(const Tactic& t, const TacticProblem& p);
 
 // The key of this process's GPU (device 0), CUDA runtime and moekit version.
