@@ -9,6 +9,7 @@
 //   MOEKIT_BENCH_TILES=a,b: only the tiles whose name contains one of these (e.g. persistent,cooperative)
 //   MOEKIT_BENCH_PANEL=0,8,16: each persistent block-scaled tile once per walk: rows fastest (0), or
 //     L2 panels of that many column units, columns fastest within a panel (GroupedGemmArgs::l2_panel)
+//   MOEKIT_BENCH_ONCE=1: one launch per tile and case, no warm-up (ncu: one profiled launch per row)
 //   MOEKIT_BENCH_COLD=1: 256 MiB read before each timed run (outside the events) evicts the L2, so
 //     that decode cases, whose hit weights fit in it, stream them from HBM as the layer does
 // Groups sit in A and D as the layer's plan puts them: each padded to 16 rows, the counts given.
@@ -88,6 +89,10 @@ std::vector<int> panels() {
   if (out.empty()) out.push_back(0);
   return out;
 }
+// MOEKIT_BENCH_ONCE=1: each tile's kernel launched once per case, no warm-up (for a profiler: one
+// launch per table row, in the table's order).
+bool once() { return std::getenv("MOEKIT_BENCH_ONCE") != nullptr; }
+
 bool has_row_walk() {
   const std::vector<int> p = panels();
   return std::find(p.begin(), p.end(), 0) != p.end();
@@ -256,7 +261,7 @@ void run_case(const Case& c) {
       CHECK(cudaMalloc(&r.act_scales, rows * (c.n / 256) * sizeof(float)));
       r.args.activated = {r.act_q, static_cast<float*>(r.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
     }
-    for (int i = 0; i < 3; ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
+    for (int i = 0; i < (once() ? 0 : 3); ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
     // The persistent block-scaled tiles once per MOEKIT_BENCH_PANEL walk (GroupedGemmArgs::l2_panel).
     const bool walks = c.kind == GemmKind::fp8_block &&
                        std::string(moekit::cuda::to_string(tile)).find("persistent") != std::string::npos;
@@ -290,9 +295,9 @@ void run_case(const Case& c) {
     CHECK(cudaMalloc(&flush, flush_bytes + sizeof(unsigned)));
     fill_random<<<1024, 256>>>(static_cast<unsigned char*>(flush), flush_bytes, false, 5);
   }
-  for (int round = 0; round < 4; ++round)
+  for (int round = 0; round < (once() ? 1 : 4); ++round)
     for (Run& r : runs)
-      for (int i = 0; i < 6; ++i) {
+      for (int i = 0; i < (once() ? 1 : 6); ++i) {
         if (flush)
           read_through<<<1024, 256>>>(static_cast<const uint4*>(flush), flush_bytes / sizeof(uint4),
                                       reinterpret_cast<unsigned*>(static_cast<char*>(flush) + flush_bytes));

@@ -4,6 +4,7 @@
 # and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
 # table last.
 #   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass layer peers)
+#   MOEKIT_BENCH_PANEL=0,8,16          the persistent tiles' walks the bench and ncu steps time
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
@@ -44,12 +45,33 @@ if [[ " $steps " == *" bench "* ]]; then
     "$build/bench/grouped_gemm_bench" --cases "$root/bench/cases/prefill.txt" >"$out/gemm.log" 2>&1 || status=1
 fi
 if [[ " $steps " == *" ncu "* ]]; then
-  echo "== ncu (the first case, persistent tiles)"
+  # One profiled launch per persistent tile (and per MOEKIT_BENCH_PANEL walk) on the first case: its
+  # time, DRAM bytes read and written, L2 hit rate, SM throughput and tensor-pipe share, row by row.
+  echo "== ncu (the first case, persistent tiles, one launch each)"
   head -n 3 "$root/bench/cases/prefill.txt" | grep -v "^#" >/tmp/ncu_case.txt
-  MOEKIT_BENCH_TILES=persistent timeout 240 ncu --clock-control none -k regex:fp8_block_gemm -c 2 \
-    --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__warp_issue_stalled_barrier_per_warp_active.pct,launch__registers_per_thread \
+  MOEKIT_BENCH_ONCE=1 MOEKIT_BENCH_TILES=persistent timeout 300 ncu --clock-control none -k regex:"fp8_block_gemm|fp8_block_swap" --csv --print-units base \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
     "$build/bench/grouped_gemm_bench" --cases /tmp/ncu_case.txt >"$out/ncu.log" 2>&1 || status=1
-  grep -E "fp8_block_gemm|pct|registers|wavefronts" "$out/ncu.log" | head -n 20
+  python3 - "$out/ncu.log" <<'EOF'
+import csv, sys
+lines = open(sys.argv[1]).read().splitlines()
+rows = [r for r in csv.reader(l for l in lines if l.startswith('"')) if len(r) > 10]
+tiles = [l.split(" groups=")[0].split(None, 1)[1].strip() for l in lines if " us " in l and " groups=" in l]
+if not rows:
+    print("\n".join(lines[-10:]))
+    sys.exit()
+head, rows = rows[0], rows[1:]
+ids, names, values = head.index("ID"), head.index("Metric Name"), head.index("Metric Value")
+per = {}
+for r in rows:
+    per.setdefault(int(r[ids]), {})[r[names]] = float(r[values].replace(",", ""))
+for i, m in sorted(per.items()):
+    name = tiles[i] if i < len(tiles) else f"launch {i}"
+    print(f"{name[:70]:70} {m.get('gpu__time_duration.sum', 0) / 1e3:9.1f} us  DRAM read {m.get('dram__bytes_read.sum', 0) / 1e9:6.2f} GB"
+          f" write {m.get('dram__bytes_write.sum', 0) / 1e9:5.2f} GB  L2 hit {m.get('lts__t_sector_hit_rate.pct', 0):5.1f}%"
+          f"  SM {m.get('sm__throughput.avg.pct_of_peak_sustained_elapsed', 0):5.1f}%"
+          f"  gmma {m.get('sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active', 0):5.2f}%")
+EOF
 fi
 if [[ " $steps " == *" ncufull "* ]]; then
   echo "== ncu --set full (the first case: CUTLASS's 128x128, then the persistent tiles)"
