@@ -93,10 +93,6 @@ std::vector<int> panels() {
 // launch per table row, in the table's order).
 bool once() { return std::getenv("MOEKIT_BENCH_ONCE") != nullptr; }
 
-bool has_row_walk() {
-  const std::vector<int> p = panels();
-  return std::find(p.begin(), p.end(), 0) != p.end();
-}
 
 struct Case {
   GemmKind kind;
@@ -225,6 +221,7 @@ void run_case(const Case& c) {
     std::vector<float> times;
   };
   std::vector<Run> runs;
+  const std::vector<int> walk_panels = panels();
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
     const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
                         tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma ||
@@ -248,42 +245,27 @@ void run_case(const Case& c) {
                   std::string(moekit::cuda::to_string(tile)).c_str(), ok.reason().c_str());
       continue;
     }
-    CHECK(cudaMalloc(&r.workspace, moekit::cuda::workspace_size(r.desc, {tile})));
-    r.args.a = a;
-    r.args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
-    r.args.offsets = static_cast<const std::int32_t*>(offsets);
-    r.args.w = w;
-    r.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
-    r.args.d = static_cast<moekit::bf16*>(d);
-    r.args.counts = static_cast<const std::int32_t*>(counts);
-    if (activated) {
-      CHECK(cudaMalloc(&r.act_q, rows * (c.n / 2)));
-      CHECK(cudaMalloc(&r.act_scales, rows * (c.n / 256) * sizeof(float)));
-      r.args.activated = {r.act_q, static_cast<float*>(r.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
-    }
-    for (int i = 0; i < (once() ? 0 : 3); ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
     // The persistent block-scaled tiles once per MOEKIT_BENCH_PANEL walk (GroupedGemmArgs::l2_panel).
     const bool walks = c.kind == GemmKind::fp8_block &&
                        std::string(moekit::cuda::to_string(tile)).find("persistent") != std::string::npos;
-    for (const int panel : walks ? panels() : std::vector<int>{0}) {
-      if (panel == 0) continue;
-      Run v = r;  // its own buffers
-      v.args.l2_panel = panel;
+    for (const int panel : walks ? walk_panels : std::vector<int>{0}) {
+      Run v = r;
       CHECK(cudaMalloc(&v.workspace, moekit::cuda::workspace_size(v.desc, {tile})));
-      v.act_q = v.act_scales = nullptr;
+      v.args.a = a;
+      v.args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
+      v.args.offsets = static_cast<const std::int32_t*>(offsets);
+      v.args.w = w;
+      v.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
+      v.args.d = static_cast<moekit::bf16*>(d);
+      v.args.counts = static_cast<const std::int32_t*>(counts);
+      v.args.l2_panel = panel;
       if (activated) {
         CHECK(cudaMalloc(&v.act_q, rows * (c.n / 2)));
         CHECK(cudaMalloc(&v.act_scales, rows * (c.n / 256) * sizeof(float)));
-        v.args.activated.q = v.act_q;
-        v.args.activated.scales = static_cast<float*>(v.act_scales);
+        v.args.activated = {v.act_q, static_cast<float*>(v.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
       }
+      for (int i = 0; i < (once() ? 0 : 3); ++i) moekit::cuda::run_grouped_gemm(v.desc, {tile}, v.args, v.workspace, nullptr);
       runs.push_back(std::move(v));
-    }
-    if (!walks || has_row_walk()) runs.push_back(std::move(r));
-    else {
-      cudaFree(r.workspace);
-      cudaFree(r.act_q);
-      cudaFree(r.act_scales);
     }
   }
   cudaEvent_t start, stop;
