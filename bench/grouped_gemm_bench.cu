@@ -7,8 +7,6 @@
 //                                     rows each; e.g. a layer file's routing, as DeepGEMM's peer runs them)
 //   MOEKIT_BENCH_NO_F16=1: leave out the f16 (strict) tiles
 //   MOEKIT_BENCH_TILES=a,b: only the tiles whose name contains one of these (e.g. persistent,cooperative)
-//   MOEKIT_BENCH_PANEL=0,8,16: each persistent block-scaled tile once per walk: rows fastest (0), or
-//     L2 panels of that many column units, columns fastest within a panel (GroupedGemmArgs::l2_panel)
 //   MOEKIT_BENCH_ONCE=1: one launch per tile and case, no warm-up (ncu: one profiled launch per row)
 //   MOEKIT_BENCH_COLD=1: 256 MiB read before each timed run (outside the events) evicts the L2, so
 //     that decode cases, whose hit weights fit in it, stream them from HBM as the layer does
@@ -71,28 +69,9 @@ __global__ void read_through(const uint4* p, std::size_t count, unsigned* sink) 
   if (x == 0x9e3779b9U) *sink = x;
 }
 
-// MOEKIT_BENCH_PANEL=0,8,16: the persistent block-scaled tiles' walks to time (GroupedGemmArgs::l2_panel:
-// column units per L2 panel, 0 the rows-fastest walk); default 0 alone.
-std::vector<int> panels() {
-  std::vector<int> out;
-  const char* env = std::getenv("MOEKIT_BENCH_PANEL");
-  for (const char* p = env; p && *p;) {
-    char* end = nullptr;
-    const long v = std::strtol(p, &end, 10);
-    if (end == p || v < 0 || v > 1024) {
-      std::fprintf(stderr, "MOEKIT_BENCH_PANEL: expected panel widths 0..1024 separated by commas, given '%s'\n", env);
-      std::exit(2);
-    }
-    out.push_back(int(v));
-    p = *end == ',' ? end + 1 : end;
-  }
-  if (out.empty()) out.push_back(0);
-  return out;
-}
 // MOEKIT_BENCH_ONCE=1: each tile's kernel launched once per case, no warm-up (for a profiler: one
 // launch per table row, in the table's order).
 bool once() { return std::getenv("MOEKIT_BENCH_ONCE") != nullptr; }
-
 
 struct Case {
   GemmKind kind;
@@ -221,7 +200,6 @@ void run_case(const Case& c) {
     std::vector<float> times;
   };
   std::vector<Run> runs;
-  const std::vector<int> walk_panels = panels();
   for (GemmTile tile : moekit::cuda::kAllGemmTiles) {
     const bool decode = tile == GemmTile::rows8_warp_mma || tile == GemmTile::tokens8_n128_wgmma ||
                         tile == GemmTile::tokens16_n128_wgmma || tile == GemmTile::tokens32_n128_wgmma ||
@@ -245,28 +223,21 @@ void run_case(const Case& c) {
                   std::string(moekit::cuda::to_string(tile)).c_str(), ok.reason().c_str());
       continue;
     }
-    // The persistent block-scaled tiles once per MOEKIT_BENCH_PANEL walk (GroupedGemmArgs::l2_panel).
-    const bool walks = c.kind == GemmKind::fp8_block &&
-                       std::string(moekit::cuda::to_string(tile)).find("persistent") != std::string::npos;
-    for (const int panel : walks ? walk_panels : std::vector<int>{0}) {
-      Run v = r;
-      CHECK(cudaMalloc(&v.workspace, moekit::cuda::workspace_size(v.desc, {tile})));
-      v.args.a = a;
-      v.args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
-      v.args.offsets = static_cast<const std::int32_t*>(offsets);
-      v.args.w = w;
-      v.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
-      v.args.d = static_cast<moekit::bf16*>(d);
-      v.args.counts = static_cast<const std::int32_t*>(counts);
-      v.args.l2_panel = panel;
-      if (activated) {
-        CHECK(cudaMalloc(&v.act_q, rows * (c.n / 2)));
-        CHECK(cudaMalloc(&v.act_scales, rows * (c.n / 256) * sizeof(float)));
-        v.args.activated = {v.act_q, static_cast<float*>(v.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
-      }
-      for (int i = 0; i < (once() ? 0 : 3); ++i) moekit::cuda::run_grouped_gemm(v.desc, {tile}, v.args, v.workspace, nullptr);
-      runs.push_back(std::move(v));
+    CHECK(cudaMalloc(&r.workspace, moekit::cuda::workspace_size(r.desc, {tile})));
+    r.args.a = a;
+    r.args.a_scales = fp8 ? static_cast<float*>(a_s) : nullptr;
+    r.args.offsets = static_cast<const std::int32_t*>(offsets);
+    r.args.w = w;
+    r.args.w_scales = fp8 ? static_cast<float*>(w_s) : nullptr;
+    r.args.d = static_cast<moekit::bf16*>(d);
+    r.args.counts = static_cast<const std::int32_t*>(counts);
+    if (activated) {
+      CHECK(cudaMalloc(&r.act_q, rows * (c.n / 2)));
+      CHECK(cudaMalloc(&r.act_scales, rows * (c.n / 256) * sizeof(float)));
+      r.args.activated = {r.act_q, static_cast<float*>(r.act_scales), moekit::Activation::silu_and_mul, 1.702f, 7.0f, false};
     }
+    for (int i = 0; i < (once() ? 0 : 3); ++i) moekit::cuda::run_grouped_gemm(r.desc, {tile}, r.args, r.workspace, nullptr);
+    runs.push_back(std::move(r));
   }
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
@@ -300,10 +271,8 @@ void run_case(const Case& c) {
                               : c.routed_tokens ? "routed T=" + std::to_string(c.routed_tokens) + " k=" + std::to_string(c.top_k)
                               : c.capacity > 0 ? "masked " + std::to_string(c.rows_per_group) + "/" + std::to_string(c.capacity)
                                                : "rows/group=" + std::to_string(c.rows_per_group);
-    const std::string name = std::string(moekit::cuda::to_string(tile)) +
-                             (r.args.l2_panel > 0 ? ", L2 panels of " + std::to_string(r.args.l2_panel) : std::string());
     std::printf("%-12s %-32s groups=%-4d %-20s N=%-6lld K=%-6lld %9.1f us %8.1f TFLOP/s %7.0f GB/s W %7.0f GB/s pad %4.1f%%\n",
-                std::string(moekit::cuda::to_string(c.kind)).c_str(), name.c_str(),
+                std::string(moekit::cuda::to_string(c.kind)).c_str(), std::string(moekit::cuda::to_string(tile)).c_str(),
                 c.groups, shape.c_str(), c.n, c.k, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6, weight_bytes / ms / 1e6,
                 computed > 0 ? 100.0 * double(computed - data) / double(computed) : 0.0);
     cudaFree(r.workspace);

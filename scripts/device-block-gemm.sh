@@ -4,7 +4,6 @@
 # and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
 # table last.
 #   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass layer peers)
-#   MOEKIT_BENCH_PANEL=0,8,16          the persistent tiles' walks the bench and ncu steps time
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
@@ -45,8 +44,8 @@ if [[ " $steps " == *" bench "* ]]; then
     "$build/bench/grouped_gemm_bench" --cases "$root/bench/cases/prefill.txt" >"$out/gemm.log" 2>&1 || status=1
 fi
 if [[ " $steps " == *" ncu "* ]]; then
-  # One profiled launch per persistent tile (and per MOEKIT_BENCH_PANEL walk) on the first case: its
-  # time, DRAM bytes read and written, L2 hit rate, SM throughput and tensor-pipe share, row by row.
+  # One profiled launch per persistent tile on the first case: its time, DRAM bytes read and written,
+  # L2 hit rate, SM throughput and tensor-pipe share, row by row.
   echo "== ncu (the first case, persistent tiles, one launch each)"
   head -n 3 "$root/bench/cases/prefill.txt" | grep -v "^#" >/tmp/ncu_case.txt
   MOEKIT_BENCH_ONCE=1 MOEKIT_BENCH_TILES=persistent timeout 300 ncu --clock-control none -k regex:"fp8_block_gemm|fp8_block_swap" --csv --print-units base \

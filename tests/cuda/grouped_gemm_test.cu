@@ -267,34 +267,6 @@ TEST_P(CudaGroupedGemmPersistent, RerunsAndGraphReplaysAreBitIdentical) {
                   });
 }
 
-// The walk in L2 panels (GroupedGemmArgs::l2_panel: panels of that many column units, columns fastest
-// within one, every row tile of the group) computes the same tiles in another order: the row walk's
-// bits, for panels of one unit, a width that leaves a partial last panel, and one past the columns.
-TEST_P(CudaGroupedGemmPersistent, APanelWalkGivesTheRowWalksBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const Shape s{"skewed", {0, 700, 0, 0, 5, 0, 129, 0, 0, 64, 300, 0}, 1088, 512};
-  BlockGemmOnDevice g(s, 16, rng);
-  const cuda::GroupedGemmConfig config{GetParam()};
-  ASSERT_TRUE(cuda::can_implement(g.desc, config));
-  DeviceArray<std::uint8_t> workspace(cuda::workspace_size(g.desc, config));
-  auto run = [&](int panel) {
-    cuda::GroupedGemmArgs args = g.args;
-    args.l2_panel = panel;
-    g.d.poison();
-    cuda::run_grouped_gemm(g.desc, config, args, workspace.data(), nullptr);
-    sync_and_check();
-    return g.d.download();
-  };
-  const std::vector<bf16> rows = run(0);
-  for (const int panel : {1, 4, 64}) {
-    const std::vector<bf16> panels = run(panel);
-    for (std::size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i].bits, panels[i].bits) << "panel " << panel << ", element " << i;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaGroupedGemmPersistent,
                          ::testing::Values(GemmTile::m128_n128_persistent, GemmTile::m128_n160_persistent,
                                            GemmTile::m128_n192_persistent, GemmTile::m128_n128_persistent_tma,

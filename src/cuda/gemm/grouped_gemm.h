@@ -161,7 +161,6 @@ struct GroupedGemmArgs {
   // GroupedGemmDesc::a_by_index only: [max_rows] the row of `a` ([*, K], FP8; its scales k-major
   // [*, ceil(K/128)] in a_scales) that each of the GEMM's rows reads, -1: zeros (padding).
   const std::int32_t* a_rows = nullptr;
-  int l2_panel = 0;  // the persistent block-scaled tiles' walk: column units per L2 panel; 0: rows fastest
 };
 
 // Whether the tile can read A's rows by index (GroupedGemmDesc::a_by_index): the decode tiles.

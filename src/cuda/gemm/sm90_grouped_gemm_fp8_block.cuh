@@ -234,14 +234,8 @@ struct TileTable {
     t.row0 = __ldg(p.offsets + lo);
     t.padded = __ldg(p.offsets + lo + 1) - t.row0;
     t.rows = p.counts ? __ldg(p.counts + lo) : t.padded;
-    int m = u % m_tiles, n = u / m_tiles;
-    if (p.panel > 0) {  // panels of p.panel column units, every row tile of the group, columns fastest
-      const int panel = u / (m_tiles * p.panel), width = min(p.panel, n_tiles - panel * p.panel);
-      const int r = u - panel * m_tiles * p.panel;
-      m = r / width, n = panel * p.panel + r % width;
-    }
-    t.m0 = m * kTileRows;
-    t.n0 = (n * cluster + rank) * kCols;
+    t.m0 = u % m_tiles * kTileRows;
+    t.n0 = (u / m_tiles * cluster + rank) * kCols;
     return t;
   }
 
@@ -619,7 +613,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   scales.a = scale_map(args.a_scales, desc.max_rows * k_blocks, kAScaleBox, scales.a_shift);
   scales.w = scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
   const Params params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
-                      int(desc.groups), int(desc.n), int(desc.k), args.l2_panel};
+                      int(desc.groups), int(desc.n), int(desc.k)};
   const ActivatedOut& o = args.activated;
   const ActOut act{static_cast<std::uint8_t*>(o.q), o.scales, int(out_cols), o.alpha, o.limit, o.ue8m0};
   launch_in_clusters(fp8_block_gemm<kN, kAct, kSumK>, blocks, S::kSmemBytes, kCluster, stream, map_a, map_w, scales, map_d,

@@ -268,7 +268,7 @@ void run(const GroupedGemmDesc& desc, const GroupedGemmArgs& args, cudaStream_t 
   scales.a = fp8_block::scale_map(args.a_scales, desc.max_rows * k_blocks, kAScaleBox, scales.a_shift);
   scales.w = fp8_block::scale_map(args.w_scales, desc.groups * k_blocks * n_blocks, kWScaleBox, scales.w_shift);
   const Params params{args.a_scales, args.offsets, args.counts, args.w_scales, reinterpret_cast<__nv_bfloat16*>(args.d),
-                      int(desc.groups), int(desc.n), int(desc.k), args.l2_panel};
+                      int(desc.groups), int(desc.n), int(desc.k)};
   fp8_block::launch_in_clusters(fp8_block_swap, blocks, kSmemBytes, kCluster, stream, map_a, map_w, scales, params);
   MOEKIT_CUDA_CHECK_LAUNCH("fp8_block_swap");
 }

@@ -31,7 +31,6 @@ struct Params {
   const float* w_scales;        // block: [groups, K/128, ceil(N/128)]; channel: [groups, K/128, N]
   __nv_bfloat16* d;             // [rows, N]
   int groups, n, k;
-  int panel = 0;  // the persistent walk: column units per L2 panel (columns fastest within it); 0: rows fastest
 };
 
 struct Tile {
