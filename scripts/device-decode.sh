@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Decode on a GPU machine: the staged and the min-latency experts side by side (moekit bench,
-# CUDA graphs, per step with --stages), and `run --check` on the min-latency path per preset.
+# CUDA graphs, per step with --stages), and `run --check` on the min-latency path per preset; the
+# presets as bf16 layers (the min-latency path's; fp8-block layers take the staged path).
 #   MOEKIT_PREBUILT=DIR scripts/device-decode.sh   DIR/moekit (and DIR/lib/*.so) built elsewhere
 #   MOEKIT_DECODE_TOKENS=1,2,4,8,16,32,64          the batch sizes
 #   MOEKIT_DECODE_PRESETS=qwen3-30b-a3b,deepseek-v3
-#   MOEKIT_DECODE_QUANT=bf16                      another quant than the presets' (files get its name)
+#   MOEKIT_DECODE_QUANT=bf16                      the layers' quant (default bf16; files get its name)
 #   MOEKIT_DECODE_CHECKS="qwen3-30b-a3b:1 ..."   preset:T pairs run with --check (the CPU reference
 #     of a large preset at T=64 takes a minute)
 # Writes $OUT/decode_{staged,min-latency}.json and .log; prints a table last.
@@ -16,9 +17,8 @@ bin="${MOEKIT_PREBUILT:-$root/build}"
 [ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
 tokens="${MOEKIT_DECODE_TOKENS:-1,2,4,8,16,32,64}"
 presets="${MOEKIT_DECODE_PRESETS:-qwen3-30b-a3b,deepseek-v3}"
-quant=()
-tag=""
-[ -n "${MOEKIT_DECODE_QUANT:-}" ] && quant=(--quant "$MOEKIT_DECODE_QUANT") && tag="_$MOEKIT_DECODE_QUANT"
+quant=(--quant "${MOEKIT_DECODE_QUANT:-bf16}")
+tag="_${MOEKIT_DECODE_QUANT:-bf16}"
 status=0
 for path in staged min-latency; do
   echo "== moekit bench --path $path ${quant[*]}"

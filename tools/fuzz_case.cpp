@@ -114,8 +114,8 @@ void draw_tokens(Draw& d, Case& c) {
   c.tokens = std::min(c.tokens, std::max<std::int64_t>(1, budget / per_token));
 }
 
-// The min-latency path only where it runs (fp8-block, not strict, H and I multiples of 128,
-// T·k <= 512, not batch-invariant); the CPU has the staged path alone.
+// The min-latency path only where it runs (bf16, H and I multiples of 64, T·k <= 512, not
+// batch-invariant); the CPU has the staged path alone.
 void draw_path(Draw& d, Case& c, const Target& t) {
   MoEConfig& m = c.config;
   const double u = d.unit();
@@ -124,9 +124,8 @@ void draw_path(Draw& d, Case& c, const Target& t) {
     return;
   }
   m.experts_path = u < 0.5 ? ExpertsPath::automatic : u < 0.75 ? ExpertsPath::staged : ExpertsPath::min_latency;
-  const bool runs = m.quant.scheme == QuantScheme::fp8_block && m.quant.accumulation != Fp8Accumulation::strict &&
-                    !m.batch_invariant && m.hidden_size % 128 == 0 && m.intermediate_size % 128 == 0 &&
-                    c.tokens * m.top_k() <= 512 && m.local_experts() <= 1024;
+  const bool runs = m.quant.scheme == QuantScheme::bf16 && !m.batch_invariant && m.hidden_size % 64 == 0 &&
+                    m.intermediate_size % 64 == 0 && c.tokens * m.top_k() <= 512 && m.local_experts() <= 1024;
   if (m.experts_path == ExpertsPath::min_latency && !runs) m.experts_path = ExpertsPath::automatic;
 }
 

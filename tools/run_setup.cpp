@@ -193,7 +193,7 @@ Flag batch_invariance_flag() {
 Flag path_flag() {
   return {"path", true,
           "auto|staged|min-latency: the experts' kernels on CUDA. auto (default): min-latency (plan, GEMM1 + "
-          "activation, GEMM2 + combine; fp8-block, bf16) at a few rows per expert, else staged (permute, GEMM1, "
+          "activation, GEMM2 + combine; bf16 layers) at a few rows per expert, else staged (permute, GEMM1, "
           "activation, GEMM2, finalize); a forced path that cannot run the layer is refused"};
 }
 

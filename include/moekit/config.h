@@ -27,8 +27,8 @@ enum class ScaleFormat : std::uint8_t { f32, ue8m0 };
 enum class Fp8Accumulation : std::uint8_t { exact, fast, strict };
 
 // Which kernels a GPU layer runs for its experts. automatic: the min-latency path (fewer, fused
-// kernels: plan, GEMM1 + activation, GEMM2 + combine) where the layer allows it and the batch
-// has at most a few rows per expert, else the staged path (permute, GEMM1, activation, GEMM2,
+// kernels: plan, GEMM1 + activation, GEMM2 + combine; bf16 layers) where the layer allows it and
+// the batch has at most a few rows per expert, else the staged path (permute, GEMM1, activation, GEMM2,
 // finalize). staged / min_latency force one; a layer the forced path cannot run is refused by
 // name. The CPU backend has the staged path only.
 enum class ExpertsPath : std::uint8_t { automatic, staged, min_latency };

@@ -258,7 +258,7 @@ TEST(TacticChooser, TakesATunedTacticThatDiffersFromTheHeuristics) {
 }
 
 TEST(TacticChooser, ATunedTacticThatCannotRunFallsBackWithTheReason) {
-  const MoEConfig c = preset("deepseek-v3", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const MoEConfig c = preset("deepseek-v3", QuantScheme::bf16, Fp8Accumulation::fast, false);
   // min-latency holds T k <= 512: T=128 cannot take it.
   const cuda::TacticChooser ch = chooser(c, {entry_for(c, 128, "min-latency")});
   const cuda::TacticChoice at = ch.choose({c, 128, 0, false});
@@ -275,6 +275,13 @@ TEST(TacticChooser, ATunedTacticThatCannotRunFallsBackWithTheReason) {
   staged.experts_path = ExpertsPath::staged;
   const cuda::TacticChooser forced = chooser(staged, {entry_for(staged, 1, "min-latency")});
   EXPECT_EQ(forced.choose({staged, 1, 0, false}).tactic.path, cuda::TacticPath::staged);
+  // fp8-block layers do not take min-latency (their decode GEMMs are the staged path's), a cache's
+  // entry for them neither.
+  const MoEConfig fp8 = preset("deepseek-v3", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const cuda::TacticChoice refused = chooser(fp8, {entry_for(fp8, 1, "min-latency")}).choose({fp8, 1, 0, false});
+  EXPECT_EQ(refused.tuned, nullptr);
+  EXPECT_EQ(refused.tactic.path, cuda::TacticPath::staged);
+  EXPECT_NE(refused.reason.find("min-latency path: takes bf16 layers, given fp8-block"), std::string::npos) << refused.reason;
 }
 
 TEST(TacticChooser, TacticsOfTheWrongSumsOrUnknownNamesAreRefused) {
@@ -300,13 +307,18 @@ TEST(TacticChooser, TacticsOfTheWrongSumsOrUnknownNamesAreRefused) {
 }
 
 TEST(TacticChooser, WithoutACacheItIsTheHeuristicAndSaysWhy) {
-  const MoEConfig c = preset("qwen3-30b-a3b", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const MoEConfig c = preset("qwen3-30b-a3b", QuantScheme::bf16, Fp8Accumulation::fast, false);
   const cuda::TacticChooser ch(c, nullptr);
   EXPECT_EQ(ch.table().report().front(), "tuning cache: none (not read)");
   const cuda::TacticChoice at = ch.choose({c, 1, 0, false});
   EXPECT_EQ(at.tactic.path, cuda::TacticPath::min_latency);
   EXPECT_EQ(cuda::describe(at, ""), "heuristic (" + at.reason + ")");
   EXPECT_NE(at.reason.find("rows per expert <="), std::string::npos) << at.reason;
+  // fp8-block at T=1: the staged path's decode GEMMs, and why.
+  const MoEConfig fp8 = preset("qwen3-30b-a3b", QuantScheme::fp8_block, Fp8Accumulation::fast, false);
+  const cuda::TacticChoice staged = cuda::TacticChooser(fp8, nullptr).choose({fp8, 1, 0, false});
+  EXPECT_EQ(staged.tactic.path, cuda::TacticPath::staged);
+  EXPECT_NE(staged.reason.find("given fp8-block"), std::string::npos) << staged.reason;
 }
 
 }  // namespace

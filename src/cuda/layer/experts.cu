@@ -409,9 +409,7 @@ class Experts final : public core::ExpertsStage {
     a.slot_rows = args.slot_rows.ptr<std::int32_t>();
     a.hidden = args.hidden.ptr<bf16>();
     a.w13 = weights_.w13.data;
-    a.w13_scales = weights_.w13_scales.ptr<float>();
     a.w2 = weights_.w2.data;
-    a.w2_scales = weights_.w2_scales.ptr<float>();
     a.out = args.out.ptr<bf16>();
     min_latency::run(min_latency_problem(p), a, ws, stream, p);
   }

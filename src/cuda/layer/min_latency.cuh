@@ -1,15 +1,13 @@
-// The min-latency layer's kernels (fp8-block, or bf16 with kFp8 false: no scales, bf16 rows), after
-// the input's preparation and the one-block permutation plan (permute::run_prepared, one launch):
+// The min-latency layer's kernels (bf16 weights and rows), after the input's preparation and the
+// one-block permutation plan (permute::run_prepared, one launch):
 //   gemm1_activation  block (slice, entry): 16 columns of the activation (16 gate and 16 up rows
 //                     of w13) for a work entry's rows (<= 32 of one expert), K split over its 4
 //                     warps; A rows read by token from the prepared input (no gather); f32 sums ->
-//                     bf16 (GEMM1's output) -> activation in f32 -> act; the last of a 128-column
-//                     block's 8 slices (a counter the plan zeroed) quantizes the block as the
-//                     activation stage does
+//                     bf16 (GEMM1's output) -> activation in f32 -> bf16 act
 //   gemm2_combine     block (16 channels of H): every work entry's rows for those channels, a warp
 //                     per entry, all of K; then each token's k rows summed in slot order (finalize's
 //                     arithmetic), written to the output: no expert_out, no finalize kernel
-// Both stream 16-row weight strips with mma.sync m16n8k32 (warp_mma.cuh), weights from every SM
+// Both stream 16-row weight strips with mma.sync m16n8k16 (warp_mma.cuh), weights from every SM
 // at once, and are launched as programmatic dependents: gemm2_combine prefetches its weights into
 // L2 while gemm1_activation finishes.
 #pragma once
@@ -19,7 +17,6 @@
 #include <cstdint>
 
 #include "cuda/activation/activate.cuh"
-#include "cuda/quant/quantize.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/gemm/warp_mma.cuh"
 #include "cuda/permute/plan.cuh"
@@ -33,7 +30,6 @@ constexpr int kEntryRows = 32;  // rows of a work entry (the plan cuts larger ex
 constexpr int kPasses = kEntryRows / kPassRows;
 constexpr int kGemm1Warps = 4;
 constexpr int kGemm2Warps = 8;
-constexpr int kSlicesPerBlock = 128 / kChannels;  // activation slices per 128-column quant block
 
 struct Params {
   // The plan (contiguous, alignment 1: rows are the slots that hit a local expert).
@@ -41,24 +37,14 @@ struct Params {
   const std::int32_t* row_token;  // [rows]
   const std::int32_t* slot_rows;  // [T, k]
   const float* topk_weights;      // [T, k], null when the weights went on the input
-  // GEMM1: the prepared tokens and w13
-  const std::uint8_t* x;          // [T, H] e4m3
-  const float* x_scales;          // [T, H / 128]
+  // bf16 values, addressed by byte: 128-byte K blocks of 64 values
+  const std::uint8_t* x;          // [T, H] the prepared tokens
   const std::uint8_t* w13;        // [E_local, W, H]
-  const float* w13_scales;        // [E_local, H / 128, W / 128]
-  // The activation and GEMM2's input
-  float* act;                     // [rows, I] f32
-  float* act_amax;                // [rows, I / 16]
-  std::int32_t* done;             // [max entries, I / 128]
-  std::uint8_t* q2;               // [rows, I] e4m3
-  float* s2;                      // [rows, I / 128]
-  // GEMM2
+  std::uint8_t* act;              // [rows, I]: the activation, GEMM2's input
   const std::uint8_t* w2;         // [E_local, H, I]
-  const float* w2_scales;         // [E_local, I / 128, H / 128]
   std::uint16_t* out;             // [T, H] bf16
   int tokens, top_k, hidden, inter;
   float alpha, limit;
-  bool ue8m0;
 };
 
 struct Entry {
@@ -71,18 +57,17 @@ __device__ __forceinline__ Entry entry(const Params& p, int j) {
 }
 
 // ---- a warp's ring of K blocks in shared memory ------------------------------------------
-// Each stage holds one 128-K block: kStrips 16-row weight strips, the first 8 activation rows
-// and the block's scales, copied by the warp's own lanes with cp.async (16-byte copies through
-// L2, no registers held while in flight), kStages - 1 blocks ahead of the MMAs. A 128-byte row
+// Each stage holds one 128-byte K block: kStrips 16-row weight strips and the first 8 activation
+// rows, copied by the warp's own lanes with cp.async (16-byte copies through L2, no registers held
+// while in flight), kStages - 1 blocks ahead of the MMAs. A 128-byte row
 // is 8 chunks of 16; chunk c of row r sits at chunk c ^ 4 (r & 1), so that the 8 lanes of a
 // shared-memory phase (rows g, g + 1; chunks t, or t + 4) hit distinct banks.
 
 template <int kStrips>
 struct Ring {
   static constexpr int kStrip = kChannels * 128;
-  static constexpr int kRows = kStrips * kStrip;                // the x rows' offset in a stage
-  static constexpr int kScales = kRows + kPassRows * 128;       // w scales [4], x scales [8]
-  static constexpr int kStage = kScales + 16 * int(sizeof(float));
+  static constexpr int kRows = kStrips * kStrip;  // the x rows' offset in a stage
+  static constexpr int kStage = kRows + kPassRows * 128;
 };
 
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ ((row & 1) << 2)) << 4); }
@@ -90,10 +75,6 @@ __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 +
 __device__ __forceinline__ void copy16(std::uint8_t* shared, const void* global, bool valid) {
   const unsigned at = unsigned(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void copy4(void* shared, const void* global, bool valid) {
-  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
@@ -169,18 +150,16 @@ constexpr std::size_t gemm1_shared() {
 }
 
 // Dynamic shared memory: gemm1_shared<kAct>(), each warp's ring, then the partial sums in the
-// same bytes. Three blocks per SM (12 warps): the FP8 MMAs are f16 HMMAs after F2FP conversions
-// on sm_90, so the warps issue often and more of them keep the loads flowing.
-template <Activation kAct, bool kFp8>
+// same bytes. Three blocks per SM (12 warps), so that more warps keep the loads flowing.
+template <Activation kAct>
 __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p) {
   constexpr bool kGated = kAct != Activation::relu2;
-  constexpr int kElement = kFp8 ? 1 : 2;  // bytes per value
+  constexpr int kElement = 2;  // bytes per value
   constexpr int kStrips = kGated ? 2 : 1;
   using R = Ring<kStrips>;
   extern __shared__ float4 shared4[];
   auto partial = reinterpret_cast<float (*)[kStrips][kPasses][32][4]>(shared4);
   __shared__ int token[kEntryRows];
-  __shared__ int last;
   grid_dependency_wait();
   if (int(blockIdx.y) >= p.work[0]) return;
   const Entry en = entry(p, int(blockIdx.y));
@@ -189,17 +168,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
   std::uint8_t* ring = reinterpret_cast<std::uint8_t*>(shared4) + std::size_t(warp) * kGemm1Stages * R::kStage;
   const int c0 = int(blockIdx.x) * kChannels;  // activation columns [c0, c0 + 16)
   const int width = kGated ? 2 * p.inter : p.inter;
-  // 128-byte K blocks (128 values of fp8, 64 of bf16); block scales per 128 values (fp8).
-  const int k_blocks = p.hidden * kElement / 128, w_blocks = width / 128, i_blocks = p.inter / 128;
+  const int k_blocks = p.hidden * kElement / 128;  // 128-byte K blocks of 64 values
   const std::size_t row_bytes = std::size_t(p.hidden) * kElement;
   if (threadIdx.x < kEntryRows) token[threadIdx.x] = int(threadIdx.x) < en.rows ? p.row_token[en.row0 + threadIdx.x] : 0;
   __syncthreads();
 
   const std::uint8_t* gate = p.w13 + (std::size_t(en.expert) * width + c0) * row_bytes;
   const std::uint8_t* up = gate + std::size_t(p.inter) * row_bytes;
-  const float* w_scales = p.w13_scales + std::size_t(en.expert) * k_blocks * w_blocks;
-  const float* sw_gate = w_scales + c0 / 128;
-  const float* sw_up = w_scales + (p.inter + c0) / 128;
   const int passes = (en.rows + kPassRows - 1) / kPassRows;  // warp-uniform, <= kPasses
   // This warp's K blocks.
   const int per_warp = (k_blocks + kGemm1Warps - 1) / kGemm1Warps;
@@ -218,15 +193,6 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
       const bool valid = row < en.rows;
       copy16(stage + R::kRows + swizzled(row, chunk), valid ? x_row(row, kb) + chunk * 16 : p.x, valid);
     }
-    if (!kFp8) return;
-    float* scales = reinterpret_cast<float*>(stage + R::kScales);
-    if (lane == 0) copy4(scales, sw_gate + std::size_t(kb) * w_blocks, true);
-    if (kGated && lane == 1) copy4(scales + 1, sw_up + std::size_t(kb) * w_blocks, true);
-    if (lane >= 8 && lane < 16) {
-      const int row = lane - 8;
-      const bool valid = row < en.rows;
-      copy4(scales + 4 + row, valid ? p.x_scales + std::size_t(token[row]) * k_blocks + kb : p.x_scales, valid);
-    }
   };
 
   float acc[kStrips][kPasses][4];
@@ -239,8 +205,6 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
 
   auto compute = [&](int i, const std::uint8_t* stage) {
     const int kb = kb0 + i;
-    const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
-    const float w_gate = kFp8 ? scales[0] : 1.0f, w_up = kFp8 && kGated ? scales[1] : 1.0f;
     uint4 gate_lo[2], gate_hi[2], up_lo[2], up_hi[2];
     strip_operand(stage, g, t, gate_lo, gate_hi);
     if (kGated) strip_operand(stage + R::kStrip, g, t, up_lo, up_hi);
@@ -248,30 +212,16 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
       uint4 x[2];
-      const int col = q * kPassRows + 2 * t;  // the two rows this thread's sums belong to
-      float sa0 = 1.0f, sa1 = 1.0f;
-      if (q == 0) {
-        rows_operand(stage + R::kRows, g, t, x);
-        if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
-      } else {
-        row_operand(q * kPassRows + g < en.rows ? x_row(q * kPassRows + g, kb) : nullptr, t, x);
-        if (kFp8) {
-          sa0 = col < en.rows ? __ldg(p.x_scales + std::size_t(token[col]) * k_blocks + kb) : 0.0f;
-          sa1 = col + 1 < en.rows ? __ldg(p.x_scales + std::size_t(token[col + 1]) * k_blocks + kb) : 0.0f;
-        }
-      }
+      if (q == 0) rows_operand(stage + R::kRows, g, t, x);
+      else row_operand(q * kPassRows + g < en.rows ? x_row(q * kPassRows + g, kb) : nullptr, t, x);
       float sums[4];
-      mma_block<kFp8>(gate_lo, gate_hi, x, sums);
-      acc[0][q][0] += sa0 * w_gate * sums[0];
-      acc[0][q][1] += sa1 * w_gate * sums[1];
-      acc[0][q][2] += sa0 * w_gate * sums[2];
-      acc[0][q][3] += sa1 * w_gate * sums[3];
+      mma_block<false>(gate_lo, gate_hi, x, sums);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[0][q][v] += sums[v];
       if (kGated) {
-        mma_block<kFp8>(up_lo, up_hi, x, sums);
-        acc[kStrips - 1][q][0] += sa0 * w_up * sums[0];
-        acc[kStrips - 1][q][1] += sa1 * w_up * sums[1];
-        acc[kStrips - 1][q][2] += sa0 * w_up * sums[2];
-        acc[kStrips - 1][q][3] += sa1 * w_up * sums[3];
+        mma_block<false>(up_lo, up_hi, x, sums);
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[kStrips - 1][q][v] += sums[v];
       }
     }
   };
@@ -304,44 +254,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 3) gemm1_activation(Params p
       }
     float out[8];
     activation::activate_values<kAct>(values[0], values[kStrips - 1], p.alpha, p.limit, out);
-    float m = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) m = amax_step(m, out[j]);
-    m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
-    if (!kFp8) {  // GEMM2's input is the bf16 activation
-      if (r < en.rows)
-        *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(p.q2) + std::size_t(en.row0 + r) * p.inter + c0 + 8 * c) =
-            pack_bf16x8(out);
-    } else if (r < en.rows) {
-      float* a = p.act + std::size_t(en.row0 + r) * p.inter + c0 + 8 * c;
-      reinterpret_cast<float4*>(a)[0] = make_float4(out[0], out[1], out[2], out[3]);
-      reinterpret_cast<float4*>(a)[1] = make_float4(out[4], out[5], out[6], out[7]);
-      if (c == 0) p.act_amax[std::size_t(en.row0 + r) * (p.inter / kChannels) + blockIdx.x] = m;
-    }
-  }
-  if (!kFp8) return;
-  // The last slice of this 128-column block to finish quantizes it.
-  __threadfence();
-  __syncthreads();
-  const int block = int(blockIdx.x) / kSlicesPerBlock;
-  if (threadIdx.x == 0)
-    last = atomicAdd(p.done + std::size_t(blockIdx.y) * i_blocks + block, 1) == kSlicesPerBlock - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int sub = int(threadIdx.x) % 16;  // 16 threads per row, 8 columns each
-  for (int row = int(threadIdx.x) / 16; row < en.rows; row += kGemm1Warps * 2) {
-    const std::size_t at = std::size_t(en.row0 + row);
-    float m = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kSlicesPerBlock; ++j)
-      m = fmaxf(m, __ldcg(p.act_amax + at * (p.inter / kChannels) + block * kSlicesPerBlock + j));
-    const float scale = fp8_scale(m, p.ue8m0);
-    const float* a = p.act + at * p.inter + block * 128 + sub * 8;
-    const float4 lo = __ldcg(reinterpret_cast<const float4*>(a)), hi = __ldcg(reinterpret_cast<const float4*>(a) + 1);
-    const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    *reinterpret_cast<uint2*>(p.q2 + at * p.inter + block * 128 + sub * 8) = quantize8(x, ScaleDivision(scale, true));
-    if (sub == 0) p.s2[at * i_blocks + block] = scale;
+    if (r < en.rows)  // GEMM2's input: the bf16 activation
+      *reinterpret_cast<uint4*>(reinterpret_cast<std::uint16_t*>(p.act) + std::size_t(en.row0 + r) * p.inter + c0 + 8 * c) =
+          pack_bf16x8(out);
   }
 }
 
@@ -356,10 +271,9 @@ constexpr std::size_t kPrefetchBudget = std::size_t(16) << 20;
 constexpr std::size_t gemm2_ring_bytes() { return std::size_t(kGemm2Warps) * kGemm2Stages * Ring<1>::kStage; }
 
 // Two blocks per SM (16 warps), as gemm1_activation.
-template <bool kFp8>
 __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, int max_entries) {
   using R = Ring<1>;
-  constexpr int kElement = kFp8 ? 1 : 2;
+  constexpr int kElement = 2;
   extern __shared__ float4 shared4[];
   std::uint8_t* base = reinterpret_cast<std::uint8_t*>(shared4);
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
@@ -367,7 +281,7 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
   int* work = reinterpret_cast<int*>(base + gemm2_ring_bytes());
   float* strip = reinterpret_cast<float*>(work + 3 * ((max_entries + 3) / 4 * 4));
   const int n0 = int(blockIdx.x) * kChannels;
-  const int k_blocks = p.inter * kElement / 128, n_blocks = p.hidden / 128;
+  const int k_blocks = p.inter * kElement / 128;
   const std::size_t row_bytes = std::size_t(p.inter) * kElement;
   // The plan finished before gemm1_activation let this grid launch: its work list can be read
   // now, and the first weight strips fetched into L2 while GEMM1 ends (within the budget).
@@ -395,19 +309,12 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
   auto load = [&](int, std::uint8_t* stage) {
     const int kb = load_kb;
     copy_strip(stage, p.w2 + (std::size_t(e.expert) * p.hidden + n0) * row_bytes + std::size_t(kb) * 128, row_bytes, lane);
-    const std::uint8_t* x = p.q2 + std::size_t(e.row0) * row_bytes + std::size_t(kb) * 128;
+    const std::uint8_t* x = p.act + std::size_t(e.row0) * row_bytes + std::size_t(kb) * 128;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int id = lane + 32 * j, row = id / 8, chunk = id % 8;
       const bool valid = row < e.rows;
-      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x + row * row_bytes + chunk * 16 : p.q2, valid);
-    }
-    float* scales = reinterpret_cast<float*>(stage + R::kScales);
-    if (kFp8 && lane == 0) copy4(scales, p.w2_scales + (std::size_t(e.expert) * k_blocks + kb) * n_blocks + n0 / 128, true);
-    if (kFp8 && lane >= 8 && lane < 16) {
-      const int row = lane - 8;
-      const bool valid = row < e.rows;
-      copy4(scales + 4 + row, valid ? p.s2 + std::size_t(e.row0 + row) * k_blocks + kb : p.s2, valid);
+      copy16(stage + R::kRows + swizzled(row, chunk), valid ? x + row * row_bytes + chunk * 16 : p.act, valid);
     }
     if (++load_kb == k_blocks) {
       load_kb = 0;
@@ -428,33 +335,19 @@ __global__ void __launch_bounds__(kGemm2Warps * 32, 2) gemm2_combine(Params p, i
         for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
     }
     const int passes = (en.rows + kPassRows - 1) / kPassRows;
-    const float* scales = reinterpret_cast<const float*>(stage + R::kScales);
-    const float sw = kFp8 ? scales[0] : 1.0f;
     uint4 w_lo[2], w_hi[2];
     strip_operand(stage, g, t, w_lo, w_hi);
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       if (q >= passes) break;
       uint4 x[2];
-      const int col = q * kPassRows + 2 * t;
-      float sa0 = 1.0f, sa1 = 1.0f;
-      if (q == 0) {
-        rows_operand(stage + R::kRows, g, t, x);
-        if (kFp8) sa0 = scales[4 + 2 * t], sa1 = scales[5 + 2 * t];
-      } else {
-        const int row = q * kPassRows + g;
-        row_operand(row < en.rows ? p.q2 + std::size_t(en.row0 + row) * row_bytes + std::size_t(kb) * 128 : nullptr, t, x);
-        if (kFp8) {
-          sa0 = col < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col) * k_blocks + kb) : 0.0f;
-          sa1 = col + 1 < en.rows ? __ldg(p.s2 + std::size_t(en.row0 + col + 1) * k_blocks + kb) : 0.0f;
-        }
-      }
+      const int row = q * kPassRows + g;
+      if (q == 0) rows_operand(stage + R::kRows, g, t, x);
+      else row_operand(row < en.rows ? p.act + std::size_t(en.row0 + row) * row_bytes + std::size_t(kb) * 128 : nullptr, t, x);
       float sums[4];
-      mma_block<kFp8>(w_lo, w_hi, x, sums);
-      acc[q][0] += sa0 * sw * sums[0];
-      acc[q][1] += sa1 * sw * sums[1];
-      acc[q][2] += sa0 * sw * sums[2];
-      acc[q][3] += sa1 * sw * sums[3];
+      mma_block<false>(w_lo, w_hi, x, sums);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[q][v] += sums[v];
     }
     if (kb == k_blocks - 1) {  // the entry's rows are done: bf16, as expert_out would hold them
 #pragma unroll
