@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/evict.h"
 #include "cuda/gemm/grouped_gemm.h"
 
 namespace {
@@ -55,18 +56,6 @@ __global__ void fill_random(unsigned char* p, std::size_t bytes, bool fp8, unsig
 __global__ void fill_scales(float* p, std::size_t count, unsigned seed) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = 1e-3f * (1.0f + float(hash(unsigned(i) ^ seed) % 1000) / 1000.0f);
-}
-
-// Reads `count` vectors (their XOR lands in `sink` only if it is a value that never occurs): evicts
-// the L2 with clean lines, where a memset would leave dirty ones whose write-back meets the next
-// kernel's reads.
-__global__ void read_through(const uint4* p, std::size_t count, unsigned* sink) {
-  unsigned x = 0;
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = p[i];
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x9e3779b9U) *sink = x;
 }
 
 // MOEKIT_BENCH_ONCE=1: each tile's kernel launched once per case, no warm-up (for a profiler: one
@@ -245,15 +234,13 @@ void run_case(const Case& c) {
   const std::size_t flush_bytes = std::getenv("MOEKIT_BENCH_COLD") ? std::size_t(256) << 20 : 0;
   void* flush = nullptr;
   if (flush_bytes > 0) {
-    CHECK(cudaMalloc(&flush, flush_bytes + sizeof(unsigned)));
+    CHECK(cudaMalloc(&flush, flush_bytes));
     fill_random<<<1024, 256>>>(static_cast<unsigned char*>(flush), flush_bytes, false, 5);
   }
   for (int round = 0; round < (once() ? 1 : 4); ++round)
     for (Run& r : runs)
       for (int i = 0; i < (once() ? 1 : 6); ++i) {
-        if (flush)
-          read_through<<<1024, 256>>>(static_cast<const uint4*>(flush), flush_bytes / sizeof(uint4),
-                                      reinterpret_cast<unsigned*>(static_cast<char*>(flush) + flush_bytes));
+        if (flush) moekit::cuda::evict_l2(flush, flush_bytes, nullptr);
         CHECK(cudaEventRecord(start));
         moekit::cuda::run_grouped_gemm(r.desc, {r.tile}, r.args, r.workspace, nullptr);
         CHECK(cudaEventRecord(stop));

@@ -2,7 +2,7 @@
 //   per problem (a preset's synthetic layer or a layer file) and token bucket: every candidate
 //   tactic (src/cuda/layer/tactic.h) timed in the whole layer (fused routing from the generator's
 //   or the file's logits), side by side: a CUDA graph per tactic, --runs rounds that replay each
-//   once with the L2 flushed before each replay (a 256 MiB memset, outside the timed events), the
+//   once with the L2 evicted before each replay (256 MiB read, outside the timed events), the
 //   median per tactic; the winner and its runners-up go to the cache (--out, merged with what it
 //   holds). --verify re-times a cache's entries instead.
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #ifdef MOEKIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/evict.h"
 #include "cuda/layer/tactic.h"
 #endif
 
@@ -148,7 +149,8 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("tune: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// Larger than the L2 (50 MB on the H100/H200), written before each replay.
+// Larger than the L2 (50 MB on the H100/H200), read before each replay (cuda::evict_l2: clean lines;
+// the memset used before left dirty ones, whose write-backs the timed run paid).
 constexpr std::size_t kFlushBytes = std::size_t(256) << 20;
 
 class GpuTimer final : public core::TacticTimer {
@@ -157,6 +159,7 @@ class GpuTimer final : public core::TacticTimer {
       : problem_(problem), prepared_(prepared), runs_(runs), device_(cuda::this_device()),
         flush_(DType::u8, {std::int64_t(kFlushBytes)}, Device::cuda) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaMemsetAsync(flush_.view().data, 0x5a, kFlushBytes, stream_), "flush");  // read, never uninitialized
     events_.resize(std::size_t(2 * runs));
     for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
   }
@@ -170,7 +173,7 @@ class GpuTimer final : public core::TacticTimer {
   const io::TuningDevice& device() const { return device_; }
 
   // One Layer and CUDA graph per tactic over one workspace (the graphs run one after another on one
-  // stream), then --runs rounds: each replays every graph once after an L2 flush, starting one graph
+  // stream), then --runs rounds: each replays every graph once after an L2 eviction, starting one graph
   // later than the round before.
   std::vector<double> time_us(std::int64_t tokens, const std::vector<std::string>& tactics) override {
     const MoEConfig& c = problem_.config;
@@ -212,7 +215,7 @@ class GpuTimer final : public core::TacticTimer {
     for (int r = 0; r < runs_; ++r)
       for (std::size_t j = 0; j < n; ++j) {
         const std::size_t i = (j + std::size_t(r)) % n, at = 2 * (std::size_t(r) * n + i);
-        check(cudaMemsetAsync(flush_.view().data, (r + int(j)) & 0xff, kFlushBytes, stream_), "flush");
+        cuda::evict_l2(flush_.view().data, kFlushBytes, stream_);
         cudaEventRecord(events_[at], stream_);
         check(cudaGraphLaunch(graphs.execs[i], stream_), "cudaGraphLaunch");
         cudaEventRecord(events_[at + 1], stream_);
