@@ -9,7 +9,6 @@
 #include "cuda/common/launch.h"
 #include "cuda/layer/min_latency.cuh"
 #include "cuda/permute/plan.cuh"
-#include "moekit/quant.h"
 
 namespace moekit::cuda::min_latency {
 namespace {
