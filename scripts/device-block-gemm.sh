@@ -3,12 +3,14 @@
 # tests, grouped_gemm_bench on bench/cases/prefill.txt beside CUTLASS's tiles, optionally ncu on it
 # and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
 # table last.
-#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass layer peers)
+#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass peers)
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
 #   MOEKIT_WATCHDOG=1   kernels trap, naming the barrier, when a barrier wait spins for seconds
-#   carry: .cutlass .gtest (no registry there), .peers for the peers step
+#   MOEKIT_PREBUILT=DIR   no build: DIR's tests/test_cuda and bench/grouped_gemm_bench, built
+#     elsewhere for sm_90a and carried (saves the ~70 s build of device time)
+#   carry: .cutlass .gtest (no registry there), .peers for the peers step; or the prebuilt binaries
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -18,19 +20,24 @@ export PATH="/usr/local/cuda/bin:$PATH"
 export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1
-build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+build="${MOEKIT_PREBUILT:-${MOEKIT_BUILD_DIR:-/tmp/moekit-build}}"
 targets="grouped_gemm_bench test_cuda"
-[[ " $steps " == *" layer "* ]] && targets="$targets moekit_cli"
 start=$(date +%s)
-if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
+if [ -n "${MOEKIT_PREBUILT:-}" ]; then
+  for bin in tests/test_cuda bench/grouped_gemm_bench; do
+    [ -x "$build/$bin" ] || { echo "MOEKIT_PREBUILT: $build/$bin is missing"; exit 1; }
+  done
+  echo "prebuilt in $build"
+elif ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
       -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" \
       -DMOEKIT_BARRIER_WATCHDOG="$([ "${MOEKIT_WATCHDOG:-0}" = 1 ] && echo ON || echo OFF)" >"$out/build.log" 2>&1 ||
    ! cmake --build "$build" -j 16 --target $targets >>"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -n 30
   echo "BUILD FAILED"
   exit 1
+else
+  echo "built in $(( $(date +%s) - start )) s"
 fi
-echo "built in $(( $(date +%s) - start )) s"
 status=0
 if [[ " $steps " == *" tests "* ]]; then
   echo "== test_cuda ${MOEKIT_TEST_FILTER:-*persistent*:*Persistent*}"
