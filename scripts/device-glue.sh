@@ -16,6 +16,9 @@
 #   MOEKIT_GLUE_PATH=staged                   --path of the profiled runs
 #   MOEKIT_PEER_PRESETS=qwen3-30b-a3b,deepseek-v3   MOEKIT_PEER_TOKENS=1,8,64,512
 #   MOEKIT_WATCHDOG=1   kernels trap, naming the barrier, when a barrier wait spins for seconds
+#   MOEKIT_PREBUILT=DIR   no build: DIR's moekit, tests/test_cuda, bench/grouped_gemm_bench and tuning/ (the
+#     shipped caches the CLI looks for beside itself: without them the layer runs the heuristic's tactics),
+#     built elsewhere and carried (carry those four paths, ~17 MB)
 #   carry: .cutlass .gtest (no registry there), .peers/vllm for the peers step
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,17 +32,23 @@ export PATH="/usr/local/cuda/bin:$PATH"
 export MOEKIT_TEST_SEED="${MOEKIT_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 echo "== test seed MOEKIT_TEST_SEED=$MOEKIT_TEST_SEED"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1
-build="${MOEKIT_BUILD_DIR:-/tmp/moekit-build}"
+build="${MOEKIT_PREBUILT:-${MOEKIT_BUILD_DIR:-/tmp/moekit-build}}"
 start=$SECONDS
-if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
+if [ -n "${MOEKIT_PREBUILT:-}" ]; then
+  for need in moekit tests/test_cuda bench/grouped_gemm_bench tuning; do
+    [ -e "$build/$need" ] || { echo "MOEKIT_PREBUILT: $build/$need is missing"; exit 1; }
+  done
+  echo "prebuilt in $build"
+elif ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_BUILD_TESTS=ON \
       -DMOEKIT_GTEST_SOURCE="$root/.gtest" -DMOEKIT_CUTLASS_DIR="$root/.cutlass" \
       -DMOEKIT_BARRIER_WATCHDOG="$([ "${MOEKIT_WATCHDOG:-0}" = 1 ] && echo ON || echo OFF)" >"$out/build.log" 2>&1 ||
    ! cmake --build "$build" -j 16 --target test_cuda moekit_cli grouped_gemm_bench >>"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -n 30
   echo "BUILD FAILED"
   exit 1
+else
+  echo "built in $((SECONDS - start)) s"
 fi
-echo "built in $((SECONDS - start)) s"
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib:${LD_LIBRARY_PATH:-}"
 cli="$build/moekit"
 status=0
@@ -105,20 +114,23 @@ fi
 if [[ " $steps " == *" ncu "* ]]; then
   for run in $runs; do
     IFS=: read -r preset t <<<"$run"
-    echo "== ncu gpu__time_duration: moekit run --preset $preset --tokens $t --path $path (us, the second call)"
-    timeout 200 ncu --metrics gpu__time_duration.sum --csv "$cli" run --preset "$preset" --tokens "$t" --backend cuda \
+    echo "== ncu: moekit run --preset $preset --tokens $t --path $path, the second call: us (busiest SM's active cycles)"
+    timeout 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum,sm__cycles_active.max --csv "$cli" run --preset "$preset" --tokens "$t" --backend cuda \
       --path "$path" >"/tmp/ncu_${preset}_$t.csv" 2>/dev/null || status=1
     python3 - "/tmp/ncu_${preset}_$t.csv" <<'PY' | tee -a "$out/ncu.txt"
 import csv, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
-name, value = head.index("Kernel Name"), head.index("Metric Value")
+name, metric, value, ident = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("ID")
 def short(n):
     n = re.sub(r"\(.*", "", re.sub(r"^void ", "", n.replace("<unnamed>::", "")))
     return re.sub(r".*::", "", re.sub(r"<.*", "", n))
-times = [(short(r[name]), float(r[value].replace(",", "")) / 1000) for r in rows]
-second = times[len(times) // 2:]
-print("  ".join(f"{n}={t:.1f}" for n, t in second), f"| sum {sum(t for _, t in second):.1f}")
+kernels = {}
+for r in rows:
+    kernels.setdefault(int(r[ident]), [short(r[name]), {}])[1][r[metric]] = float(r[value].replace(",", ""))
+second = [kernels[i] for i in sorted(kernels)][len(kernels) // 2:]
+us = [(n, m["gpu__time_duration.sum"] / 1000, m["sm__cycles_active.max"]) for n, m in second]
+print("  ".join(f"{n}={t:.1f} ({c:.0f})" for n, t, c in us), f"| sum {sum(t for _, t, _ in us):.1f}")
 PY
   done
 fi
@@ -189,7 +201,7 @@ if [[ " $steps " == *" profile "* ]]; then
     IFS=: read -r preset t <<<"$run"
     rep="/tmp/profile_${preset}_$t"
     echo "== ncu --set full (fp8_decode, route_): $preset T=$t"
-    timeout 300 ncu --set full --import-source yes -k 'regex:fp8_decode|route_' -o "$rep" -f "$cli" run --preset "$preset" \
+    timeout 300 ncu --set full --sampling-interval 0 --import-source yes -k 'regex:fp8_decode|route_' -o "$rep" -f "$cli" run --preset "$preset" \
       --tokens "$t" --backend cuda --path "$path" >/dev/null 2>&1 || status=1
     ncu --import "$rep.ncu-rep" --page details >"$out/profile_${preset}_$t.txt" 2>&1
     ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$out/sass_${preset}_$t.txt" 2>&1
