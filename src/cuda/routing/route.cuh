@@ -399,28 +399,51 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source,
     if (sc.expert(i) < p.experts) m = fmaxf(m, sc.val(i));
   m = group_max<32>(m);
   bool nan_sum = false;
+  if constexpr (Scores::kFixed) {
+    // Registers: every exponential of the lane, then every quotient, with no branch between them,
+    // so that their dependent chains interleave (padding experts' are computed, never stored or ranked).
+    float q[Scores::count()];
 #pragma unroll
-  for (int i = 0; i < sc.count(); ++i) {
-    const int e = sc.expert(i);
-    if (e >= p.experts) continue;
-    const float x = sc.val(i);
-    const float q = exp_ref(__fsub_rn(x, m), exp_table);
-    nan_sum |= !isnan(x) && isnan(q);
-    sc.val(i) = q;
-    source[e] = q;
+    for (int i = 0; i < sc.count(); ++i) q[i] = exp_ref(__fsub_rn(sc.val(i), m), exp_table);
+#pragma unroll
+    for (int i = 0; i < sc.count(); ++i) {
+      const int e = sc.expert(i);
+      if (e < p.experts) {
+        nan_sum |= !isnan(sc.val(i)) && isnan(q[i]);
+        source[e] = q[i];
+      }
+      sc.val(i) = q[i];
+    }
+  } else {
+    for (int i = 0; i < sc.count(); ++i) {
+      const int e = sc.expert(i);
+      if (e >= p.experts) continue;
+      const float x = sc.val(i);
+      const float q = exp_ref(__fsub_rn(x, m), exp_table);
+      nan_sum |= !isnan(x) && isnan(q);
+      sc.val(i) = q;
+      source[e] = q;
+    }
   }
   nan_sum = __any_sync(kFullMask, nan_sum);
   __syncwarp();
   float sum = serial_sum(source, p.experts);
   if (nan_sum) sum = __int_as_float(0x7fffffff);
   __syncwarp();
+  if constexpr (Scores::kFixed) {
 #pragma unroll
-  for (int i = 0; i < sc.count(); ++i) {
-    const int e = sc.expert(i);
-    if (e >= p.experts) continue;
-    const float q = __fdiv_rn(sc.val(i), sum);
-    sc.val(i) = q;
-    source[e] = q;
+    for (int i = 0; i < sc.count(); ++i) sc.val(i) = __fdiv_rn(sc.val(i), sum);
+#pragma unroll
+    for (int i = 0; i < sc.count(); ++i)
+      if (sc.expert(i) < p.experts) source[sc.expert(i)] = sc.val(i);
+  } else {
+    for (int i = 0; i < sc.count(); ++i) {
+      const int e = sc.expert(i);
+      if (e >= p.experts) continue;
+      const float q = __fdiv_rn(sc.val(i), sum);
+      sc.val(i) = q;
+      source[e] = q;
+    }
   }
 }
 
