@@ -400,8 +400,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source,
   m = group_max<32>(m);
   bool nan_sum = false;
   if constexpr (Scores::kFixed) {
-    // Registers: every exponential of the lane, then every quotient, with no branch between them,
-    // so that their dependent chains interleave (padding experts' are computed, never stored or ranked).
+    // Registers: the lane's exponentials, then its quotients, branch-free so that their chains interleave.
     float q[Scores::count()];
 #pragma unroll
     for (int i = 0; i < sc.count(); ++i) q[i] = exp_ref(__fsub_rn(sc.val(i), m), exp_table);
@@ -434,8 +433,7 @@ __device__ void softmax_scores(Scores& sc, const KernelParams& p, float* source,
 #pragma unroll
     for (int i = 0; i < sc.count(); ++i) sc.val(i) = __fdiv_rn(sc.val(i), sum);
 #pragma unroll
-    for (int i = 0; i < sc.count(); ++i)
-      if (sc.expert(i) < p.experts) source[sc.expert(i)] = sc.val(i);
+    for (int i = 0; i < sc.count(); ++i) if (sc.expert(i) < p.experts) source[sc.expert(i)] = sc.val(i);
   } else {
     for (int i = 0; i < sc.count(); ++i) {
       const int e = sc.expert(i);
