@@ -96,7 +96,6 @@ __device__ __forceinline__ int round_up_int(int x, int m) { return (x + m - 1) /
 __device__ __forceinline__ void write_row_experts(const PlanParams& p, const int* offsets, std::int64_t first,
                                                   std::int64_t stride) {
   const int used = offsets[p.experts];
-#pragma unroll 1
   for (std::int64_t r = first; r < p.max_rows; r += stride) {
     int e = -1;
     if (r < used) {
@@ -118,7 +117,6 @@ __device__ __forceinline__ void write_row_experts(const PlanParams& p, const int
 __device__ __forceinline__ void replay_slots(const PlanParams& p, std::int64_t first_slot, int* next) {
   const int lane = int(threadIdx.x & 31);
   const unsigned below = (1u << lane) - 1u;
-#pragma unroll 1  // cold code at decode sizes: one body to fetch (plan_in_warp)
   for (int piece = 0; piece < p.pieces; ++piece) {
     const std::int64_t s = first_slot + piece * 32 + lane;
     const int e = local_expert(p, s);
@@ -130,7 +128,7 @@ __device__ __forceinline__ void replay_slots(const PlanParams& p, std::int64_t f
       int row = -1;
       if (e >= 0) row = p.masked ? (rank < p.capacity ? e * p.capacity + rank : -1) : rank;
       p.slot_rows[s] = row;
-      if (row >= 0) p.row_token[row] = int(s) / p.top_k;  // s < 2^31 (can_implement): a 32-bit division
+      if (row >= 0) p.row_token[row] = int(s / p.top_k);
     }
     __syncwarp();
   }

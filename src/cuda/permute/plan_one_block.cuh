@@ -35,18 +35,11 @@ __device__ __forceinline__ int warp_inclusive_scan(int value) {
 // shared counters, each lane a run of consecutive experts for the offsets (warp scans across the
 // runs), each lane writing its own experts' rows of row_expert, then the replay in slot order.
 // next: E_local ints of shared memory. Every lane of one warp; the block's other warps take no part.
-// At decode sizes this runs once per layer from cold code (the GEMMs' weight stream evicts it from
-// L2): its time is instruction fetch, ~0.3 us for each jump into code not yet fetched (s22 PC
-// samples). So: loops not unrolled (a body fetched once, no remainder code to jump over), optional
-// outputs by predicated stores, no branch around the masked format's arithmetic, no 64-bit division.
 __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
   const int lane = int(threadIdx.x & 31);
-#pragma unroll 1
   for (int e = lane; e < p.experts; e += 32) next[e] = 0;
-#pragma unroll 1
-  for (int i = lane; i < int(p.zeroed_count); i += 32) p.zeroed[i] = 0;
+  for (std::int64_t i = lane; i < p.zeroed_count; i += 32) p.zeroed[i] = 0;
   __syncwarp();
-#pragma unroll 1
   for (int piece = 0; piece < p.pieces; ++piece) {
     const int e = local_expert(p, std::int64_t(piece) * 32 + lane);
     const unsigned peers = __match_any_sync(kFullMask, e);
@@ -57,14 +50,9 @@ __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
   // This lane's experts [e0, e1): their rows, work entries and dropped slots, then the prefixes.
   const int per_lane = (p.experts + 31) / 32;
   const int e0 = min(lane * per_lane, p.experts), e1 = min(e0 + per_lane, p.experts);
-  const int work_rows = max(p.work_rows, 1);
-  auto rows_of = [&p](int total) {  // both computed: a select, not a branch
-    const int padded = round_up_int(total, p.alignment), kept = min(total, p.capacity);
-    return p.masked ? kept : padded;
-  };
-  auto entries_of = [&p, work_rows](int total) { return p.work ? (total + work_rows - 1) / work_rows : 0; };
+  auto rows_of = [&p](int total) { return p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment); };
+  auto entries_of = [&p](int total) { return p.work ? (total + p.work_rows - 1) / p.work_rows : 0; };
   int rows = 0, entries = 0, over = 0;
-#pragma unroll 1
   for (int e = e0; e < e1; ++e) {
     const int total = next[e];
     rows += rows_of(total);
@@ -74,15 +62,12 @@ __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
   const int rows_end = warp_inclusive_scan(rows), entries_end = warp_inclusive_scan(entries);
   const int used = __shfl_sync(kFullMask, rows_end, 31);
   int row = rows_end - rows, entry = entries_end - entries;
-#pragma unroll 1
   for (int e = e0; e < e1; ++e) {
     const int total = next[e], n = rows_of(total);
     p.counts[e] = p.masked ? n : total;
     if (p.offsets) p.offsets[e] = p.masked ? e * p.capacity : row;
-    const int expert_rows = p.row_expert ? n : 0;
-#pragma unroll 1
-    for (int r = 0; r < expert_rows; ++r) p.row_expert[row + r] = e;
-#pragma unroll 1
+    if (p.row_expert)
+      for (int r = row; r < row + n; ++r) p.row_expert[r] = e;
     for (int i = 0; i < entries_of(total); ++i, ++entry) {
       std::int32_t* w = p.work + 1 + 3 * entry;
       w[0] = e;
@@ -92,16 +77,17 @@ __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
     next[e] = p.masked ? 0 : row;  // the expert's next row (masked: its rank)
     row += n;
   }
-  if (lane == 31 && p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : used;
-  if (lane == 31 && p.work) p.work[0] = entries_end;
-  const int dropped = __reduce_add_sync(kFullMask, over);
-  if (lane == 0 && p.masked && p.dropped) *p.dropped = dropped;
-  const int max_rows = int(p.max_rows);  // at most kOneWarpMaxRows (plan.cu)
-#pragma unroll 1
-  for (int r = lane; r < max_rows; r += 32) {
-    p.row_token[r] = -1;
-    if (p.row_expert && r >= used) p.row_expert[r] = -1;
+  if (lane == 31) {
+    if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : used;
+    if (p.work) p.work[0] = entries_end;
   }
+  if (p.masked) {
+    const int dropped = __reduce_add_sync(kFullMask, over);
+    if (lane == 0 && p.dropped) *p.dropped = dropped;
+  }
+  for (std::int64_t r = lane; r < p.max_rows; r += 32) p.row_token[r] = -1;
+  if (p.row_expert)
+    for (std::int64_t r = used + lane; r < p.max_rows; r += 32) p.row_expert[r] = -1;
   __syncwarp();  // the -1s above before the token rows below, the next rows in shared memory
   replay_slots(p, 0, next);
 }
@@ -111,7 +97,6 @@ __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
 // unused. Dynamic shared memory: (E_local + 1 + NS * E_local) ints.
 // The body, for any kernel whose block it owns (blockDim.x == kOneBlockThreads): shared_ints is
 // the dynamic shared memory above, scan_shared 33 ints.
-// Its loops are not unrolled: cold code at decode sizes, a body fetched once (plan_in_warp).
 __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_ints, int* scan_shared) {
   if (p.one_warp) {  // block-uniform
     if (threadIdx.x < 32) plan_in_warp(p, shared_ints);
@@ -124,19 +109,15 @@ __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_i
   const bool owns_expert = expert < p.experts;
 
   // 1. Unused and padding rows hold -1; step 5 overwrites the token rows after the barriers below.
-#pragma unroll 1
   for (std::int64_t r = threadIdx.x; r < p.max_rows; r += blockDim.x) p.row_token[r] = -1;
-#pragma unroll 1
   for (std::int64_t i = threadIdx.x; i < p.zeroed_count; i += blockDim.x) p.zeroed[i] = 0;
 
   // 2. Warp-private counters (warp-uniform branch, no block barrier inside).
   if (warp < p.subtiles) {
     int* counter = counters + warp * p.experts;
-#pragma unroll 1
     for (int e = lane; e < p.experts; e += 32) counter[e] = 0;
     __syncwarp();
     const std::int64_t first_slot = std::int64_t(warp) * p.pieces * 32;
-#pragma unroll 1
     for (int piece = 0; piece < p.pieces; ++piece) {
       const int e = local_expert(p, first_slot + piece * 32 + lane);
       const unsigned peers = __match_any_sync(kFullMask, e);
@@ -148,15 +129,13 @@ __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_i
 
   // 3. Counts become exclusive prefixes over the subtiles; `total` is the expert's slot count.
   int total = 0;
-  if (owns_expert) {
-#pragma unroll 1
+  if (owns_expert)
     for (int w = 0; w < p.subtiles; ++w) {
       int* c = counters + w * p.experts + expert;
       const int n = *c;
       *c = total;
       total += n;
     }
-  }
 
   // 4. Expert offsets; each thread's counters become the next row of its expert in each subtile.
   const int rows = owns_expert ? (p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment)) : 0;
@@ -166,10 +145,8 @@ __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_i
     offsets[expert] = first_row;
     p.counts[expert] = p.masked ? rows : total;
     if (p.offsets) p.offsets[expert] = p.masked ? expert * p.capacity : first_row;
-    if (!p.masked) {
-#pragma unroll 1
+    if (!p.masked)
       for (int w = 0; w < p.subtiles; ++w) counters[w * p.experts + expert] += first_row;
-    }
   }
   if (threadIdx.x == 0) {
     offsets[p.experts] = used;
@@ -180,7 +157,6 @@ __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_i
     int entries = 0;
     const int first_entry = block_exclusive_scan(pieces, scan_shared, &entries);
     if (threadIdx.x == 0) p.work[0] = entries;
-#pragma unroll 1
     for (int i = 0; i < pieces; ++i) {
       std::int32_t* w = p.work + 1 + 3 * (first_entry + i);
       w[0] = expert;
