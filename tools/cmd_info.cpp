@@ -181,7 +181,7 @@ int cmd_explain(int argc, char** argv) {
   std::printf("cuda experts tactic at T=%lld: %s\n", static_cast<long long>(tokens), at.tactic.to_string().c_str());
   print_computed_rows(config, tokens, at.tactic);
   if (at.tactic.path == cuda::TacticPath::staged && tokens > 0)
-    std::printf("  launches: %s\n", cuda::staged_steps(config, tokens, at.tactic).c_str());
+    std::printf("  steps after routing: %s\n", cuda::staged_steps(config, tokens, at.tactic).c_str());
   std::printf("the heuristic at T=%lld:\n", static_cast<long long>(tokens));
   cuda::min_latency::Problem fused;
   fused.config = config;

@@ -287,7 +287,7 @@ void EpPipeline::run(const StageProblem& p, const TensorView& hidden, const Tens
 
   // 4. This rank's experts on what it received.
   stages_.experts->run(StageProblem{c, sizes.received, &comm_, p.observer},
-                       {b.received, b.recv_ids, b.recv_weights, b.expert_out, b.slot_rows, {}, {}, {}}, b.experts_ws, stream);
+                       {b.received, b.recv_ids, b.recv_weights, b.expert_out, b.slot_rows, {}, {}}, b.experts_ws, stream);
   finish_step(stream);
   stats_.experts_ms = ms_since(clock);
 

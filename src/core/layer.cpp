@@ -91,7 +91,6 @@ struct Layer::Impl {
     std::int64_t expert_rows = 0;
     bool whole = false;  // the experts stage does Prepare's and Finalize's work (ExpertsStage::whole_layer)
     bool finalizes = false;  // the experts stage does Finalize's work (whole, or ExpertsStage::finalizes)
-    bool routes = false;     // the experts stage routes, where the layer would (ExpertsStage::routes)
   };
   static constexpr std::size_t kSizesKept = 4096;  // past this many distinct T the table starts again
   mutable std::mutex sizes_mutex;
@@ -133,8 +132,6 @@ struct Layer::Impl {
       s.expert_rows = stages.experts->max_rows(after);
       s.whole = stages.experts->whole_layer(after);
       s.finalizes = s.whole || stages.experts->finalizes(after);
-      s.routes = config.shared_experts == 0 && config.routing.method != RoutingMethod::external &&
-                 stages.experts->routes(after);
     }
     core::Carver counter(nullptr);
     carve(counter, p, s);
@@ -201,11 +198,9 @@ struct Layer::Impl {
   }
 
   // The layer's routing, with the shared experts appended where the layer has them (core/shared.h),
-  // through the stages after routing. router_logits given: the experts stage routes first
-  // (Sizes::routes), writing routed_ids and routed_weights.
+  // through the stages after routing.
   void run(const core::StageProblem& routed, const Sizes& s, const Buffers& b, const TensorView& hidden,
-           const TensorView& routed_ids, const TensorView& routed_weights, const TensorView& out, Stream stream,
-           const TensorView& router_logits = {}) const {
+           const TensorView& routed_ids, const TensorView& routed_weights, const TensorView& out, Stream stream) const {
     const bool shared = config.shared_experts > 0;
     if (shared) {
       core::mark_step(routed, "shared", stream);
@@ -223,8 +218,7 @@ struct Layer::Impl {
         core::mark_step(p, "quantize", stream);
         stages.prepare->run(p, {hidden, weights, b.prepared}, b.prepare_ws, stream);
       }
-      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, hidden, out, router_logits},
-                          b.experts_ws, stream);
+      stages.experts->run(p, {b.prepared, ids, weights, b.expert_out, b.slot_rows, hidden, out}, b.experts_ws, stream);
       if (!s.finalizes) {
         const bool weights_left = !on_input && !stages.experts->applies_weights();
         core::mark_step(p, "finalize", stream);
@@ -238,10 +232,6 @@ struct Layer::Impl {
   void fused(const core::StageProblem& p, const Sizes& s, const Buffers& b, const FusedArgs& args, Stream stream) const {
     const TensorView ids = args.topk_ids.defined() ? args.topk_ids : b.topk_ids;
     const TensorView weights = args.topk_weights.defined() ? args.topk_weights : b.topk_weights;
-    if (s.routes) {  // the experts stage routes in its first launch
-      run(p, s, b, args.hidden, ids, weights, args.out, stream, args.router_logits);
-      return;
-    }
     route(p, b, args, ids, weights, stream);
     run(p, s, b, args.hidden, ids, weights, args.out, stream);
   }

@@ -119,9 +119,6 @@ struct ExpertsArgs {
   TensorView slot_rows;     // [T, k] i32: row of expert_out for each slot, -1 = none
   TensorView hidden;        // [T, H] bf16, the layer's input: read when whole_layer(problem)
   TensorView out;           // [T, H] bf16, the layer's output: written when whole_layer(problem)
-  // [T, E] f32 | bf16, the layer's router logits: given where run routes (routes(problem)); it then
-  // writes topk_ids and topk_weights (the router's outputs) before it reads them
-  TensorView router_logits;
 };
 
 // The masked format (moekit::MaskedArgs, checked by the layer): E_local blocks of `capacity` rows.
@@ -162,10 +159,6 @@ class ExpertsStage : public Stage {
   // Whether run prepares the input itself (Prepare's work on args.hidden, into args.in, in its
   // permutation plan's launch): the layer then skips Prepare; only where args.hidden is given.
   virtual bool prepares_input(const StageProblem&) const { return false; }
-  // Whether run may do the Router's work itself (the layer's routing config, the prepared weights'
-  // bias) in its first launch: the layer then passes args.router_logits and runs no Router; asked
-  // only where the layer routes (not external ids), without shared experts or expert parallelism.
-  virtual bool routes(const StageProblem&) const { return false; }
   virtual void run(const StageProblem& problem, const ExpertsArgs& args, Workspace workspace,
                    Stream stream) const = 0;
 };

@@ -1,7 +1,7 @@
 // CUDA permutation (plan + gather) against cpu::plan_permutation / cpu::gather_rows: both
 // formats, paddings 1..128, expert parallelism, empty experts, all tokens on one expert,
-// -1 ids, T = 0 and 1; the three paths of the plan (one warp for the fewest slots, one block
-// for decode sizes, multi-kernel) and the edges between them; every scheme and scale layout for the gather. Outputs are poisoned
+// -1 ids, T = 0 and 1; both paths of the plan (one block for decode sizes, multi-kernel) and
+// the edges between them; every scheme and scale layout for the gather. Outputs are poisoned
 // first: rows past those in use must stay untouched.
 #include <gtest/gtest.h>
 
@@ -53,8 +53,8 @@ std::string name(const Case& c) {
   return s + " " + std::string(to_string(cuda::permute::choose_path(plan_problem(c))));
 }
 
-// T ≤ 8 at alignments ≤ 16 take the one-warp path (k = 1: T ≤ 33), the other T ≤ 33 the
-// one-block path; T = 700 and 3000 with k = 8 the multi-kernel one; the edge entries sit on both sides of each of choose_path's bounds (plan.cu).
+// T ≤ 33, and k = 1, take the one-block path; T = 700 and 3000 with k = 8 the multi-kernel
+// one; the edge entries sit on both sides of each of choose_path's bounds (plan.cu).
 std::vector<Case> cases() {
   std::vector<Case> all;
   // Contiguous, and at alignments 1 and 16 masked too: a fair capacity (drops some) and a roomy one.
@@ -85,9 +85,7 @@ std::vector<Case> cases() {
     bool second_rank;
     std::int64_t alignment;
   };
-  for (const Edge& e : {Edge{32, 8, 256, true, 16},     // T·k = 256, rows = 256 + 256 * 15 = 4096: one warp
-                        Edge{8, 8, 1024, false, 16},    // E_local = 1024: one warp, 32 experts a lane
-                        Edge{512, 8, 256, true, 16},    // T·k = 4096: one block
+  for (const Edge& e : {Edge{512, 8, 256, true, 16},    // T·k = 4096: one block
                         Edge{513, 8, 256, true, 16},    // T·k = 4104: multi-kernel
                         Edge{512, 8, 1024, false, 16},  // E_local = 1024: one block, 10 subtiles of 13 pieces
                         Edge{8, 8, 1025, true, 16},     // E_local = 1025: multi-kernel at a decode size
@@ -313,20 +311,13 @@ TEST(CudaPermute, GatherMatchesThePlan) {
 TEST(CudaPermute, PlanCasesCoverBothPaths) {
   using cuda::permute::choose_path;
   using Problem = cuda::permute::PlanProblem;
-  std::size_t per_path[3] = {};
+  std::size_t per_path[2] = {};
   for (const Case& c : cases()) ++per_path[int(choose_path(plan_problem(c)))];
-  EXPECT_GT(per_path[int(PlanPath::one_warp)], 0u);
   EXPECT_GT(per_path[int(PlanPath::one_block)], 0u);
   EXPECT_GT(per_path[int(PlanPath::multi_kernel)], 0u);
 
   const ExpertRows e256{RowFormat::contiguous, 256, 16, 0}, e1024{RowFormat::contiguous, 1024, 128, 0};
-  EXPECT_EQ(choose_path(Problem{e256, 0, 8, 0}), PlanPath::one_warp);
-  EXPECT_EQ(choose_path(Problem{e256, 32, 8, 0}), PlanPath::one_warp);   // 256 slots, 4096 rows
-  EXPECT_EQ(choose_path(Problem{e256, 33, 8, 0}), PlanPath::one_block);  // 264 slots
-  EXPECT_EQ(choose_path(Problem{{RowFormat::contiguous, 256, 64, 0}, 8, 8, 0}), PlanPath::one_warp);    // 64 + 64 * 63 = 4096 rows
-  EXPECT_EQ(choose_path(Problem{{RowFormat::contiguous, 256, 128, 0}, 8, 8, 0}), PlanPath::one_block);  // 64 + 64 * 127 rows
-  EXPECT_EQ(choose_path(Problem{{RowFormat::masked, 256, 16, 16}, 1, 8, 0}), PlanPath::one_warp);    // 4096 rows
-  EXPECT_EQ(choose_path(Problem{{RowFormat::masked, 256, 16, 17}, 1, 8, 0}), PlanPath::one_block);   // 4352 rows
+  EXPECT_EQ(choose_path(Problem{e256, 0, 8, 0}), PlanPath::one_block);
   EXPECT_EQ(choose_path(Problem{e256, 512, 8, 0}), PlanPath::one_block);
   EXPECT_EQ(choose_path(Problem{e256, 513, 8, 0}), PlanPath::multi_kernel);
   EXPECT_EQ(choose_path(Problem{{RowFormat::contiguous, 1024, 16, 0}, 512, 8, 0}), PlanPath::one_block);

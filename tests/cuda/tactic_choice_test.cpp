@@ -169,19 +169,19 @@ TEST(TacticSteps, DecodeSizesPrepareInThePlanAndReadRowsByIndex) {
 
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::staged_steps(c, 1, decode),
-            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
-            "index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
   const cuda::Tactic bf16_out{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n128_wgmma}, {cuda::GemmTile::tokens8_n128_wgmma}};
-  EXPECT_EQ(cuda::staged_steps(c, 9, bf16_out),
-            "routing, permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read by index), "
+  EXPECT_EQ(cuda::staged_steps(c, 8, bf16_out),
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n128_wgmma (rows read by index), "
             "activation + requantization, GEMM2 tokens8_n128_wgmma, finalize");
   const cuda::Tactic prefill{cuda::TacticPath::staged, {cuda::GemmTile::m64_n128_pingpong}, {cuda::GemmTile::m64_n128_pingpong}};
   EXPECT_EQ(cuda::staged_steps(c, 256, prefill),
-            "routing, permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, activation + "
+            "permutation plan + the input's quantization (one launch), gather, GEMM1 m64_n128_pingpong, activation + "
             "requantization, GEMM2 m64_n128_pingpong, finalize");
   EXPECT_EQ(cuda::staged_steps(c, 4096, prefill),
-            "routing, quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, "
-            "GEMM2 m64_n128_pingpong, finalize");
+            "quantize, permutation plan, gather, GEMM1 m64_n128_pingpong, activation + requantization, GEMM2 "
+            "m64_n128_pingpong, finalize");
 }
 
 // GEMM2 + the weighted combine (tokens{8,16}_n128_combine): a GEMM2 tile only, where the one-block
@@ -224,37 +224,8 @@ TEST(TacticCombine, OnlyGemm2AtDecodeSizesOutsideExpertParallelism) {
   const cuda::Tactic decode{cuda::TacticPath::staged, {cuda::GemmTile::tokens8_n256_act}, {cuda::GemmTile::tokens8_n128_wgmma}};
   EXPECT_EQ(cuda::tactic_variants(decode, at1), (std::vector<cuda::Tactic>{combined}));
   EXPECT_EQ(cuda::staged_steps(c, 1, combined),
-            "routing + permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by "
-            "index) + activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
-}
-
-// The Router's work in the plan's launch (plan_routes): where the plan prepares the input, at T ≤ 8
-// (a warp a token in one block, the one-warp plan), for a routing the layer computes with the
-// weights on the output and no shared experts; E ≤ 512 (the routing's register path).
-TEST(TacticSteps, FewestTokensRouteInThePlansLaunch) {
-  const MoEConfig c = io::find_preset("deepseek-v3").config;
-  EXPECT_TRUE(cuda::plan_routes(c, 1, false));
-  EXPECT_TRUE(cuda::plan_routes(c, 8, false));
-  EXPECT_FALSE(cuda::plan_routes(c, 9, false));
-  EXPECT_FALSE(cuda::plan_routes(c, 0, false));
-  EXPECT_FALSE(cuda::plan_routes(c, 1, true));  // expert parallelism: no prepared input
-  MoEConfig rowwise = c;
-  rowwise.quant.scheme = QuantScheme::fp8_rowwise;
-  EXPECT_FALSE(cuda::plan_routes(rowwise, 1, false));
-  MoEConfig external = c;
-  external.routing.method = RoutingMethod::external;
-  EXPECT_FALSE(cuda::plan_routes(external, 1, false));
-  MoEConfig shared = c;
-  shared.shared_experts = 1;
-  EXPECT_FALSE(cuda::plan_routes(shared, 1, false));
-  MoEConfig wide = c;
-  wide.num_experts = 1024;
-  EXPECT_FALSE(cuda::plan_routes(wide, 1, false));  // the routing's shared-memory path
-  MoEConfig scout = io::find_preset("llama4-scout").config;
-  scout.quant.scheme = QuantScheme::fp8_block;
-  EXPECT_TRUE(cuda::plan_prepares_input(scout, 1, false));
-  EXPECT_EQ(scout.routing.effective_placement(), WeightPlacement::input);
-  EXPECT_FALSE(cuda::plan_routes(scout, 1, false));  // the weight goes on the input: routing first
+            "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read by index) + "
+            "activation + requantization, GEMM2 tokens8_n128_combine + the weighted combine (no finalize)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TacticChoice, ::testing::ValuesIn(kCases),

@@ -123,7 +123,7 @@ TEST(ToolsCli, ExplainPrintsEveryDecision) {
   // The staged path's launches at decode sizes (no GPU here: the heuristic's tactic).
   const Result decode = moekit("explain --preset deepseek-v3 --tokens 1");
   EXPECT_EQ(decode.code, 0) << decode.err;
-  EXPECT_NE(decode.out.find("launches: routing + permutation plan + the input's quantization (one launch), GEMM1 "
+  EXPECT_NE(decode.out.find("steps after routing: permutation plan + the input's quantization (one launch), GEMM1 "
                             "tokens8_n256_act (rows read by index) + activation + requantization"),
             std::string::npos)
       << decode.out;

@@ -1,8 +1,7 @@
 // The Experts stage on the GPU (contiguous format): permute -> GEMM1 -> activation + requant
 // -> GEMM2, all on one stream, sizes that depend on routing kept on the device.
 //   1. plan: counts, padded offsets, slot_rows, row_token, row_expert   (permute/plan); at decode
-//      sizes (the one-block plan) with the Prepare stage's quantization in the same launch, and at
-//      the fewest tokens (plan_routes) the Router's work first in that launch too
+//      sizes (the one-block plan) with the Prepare stage's quantization in the same launch
 //   2. gather the prepared rows into expert order, scales MN-major       (permute/gather); not
 //      where the plan prepared the input and GEMM1's decode tiles read its rows by index
 //   3. GEMM1 [rows, H] x w13 -> [rows, W] bf16                           (gemm)
@@ -92,17 +91,6 @@ permute::PlanProblem staged_plan_problem(const MoEConfig& c, std::int64_t tokens
   return {staged_rows(c), tokens, c.top_k(), c.first_local_expert()};
 }
 
-// The Router's problem where the plan's launch routes (plan_routes).
-routing::Problem routing_problem(const MoEConfig& config, std::int64_t tokens, DType logits, DType bias) {
-  routing::Problem r;
-  r.config = config.routing;
-  r.tokens = tokens;
-  r.experts = config.num_experts;
-  r.logits_dtype = logits;
-  r.bias_dtype = bias;
-  return r;
-}
-
 struct Buffers {
   std::int32_t *counts, *offsets, *row_token, *row_expert;
   void *q1, *h1, *q2;
@@ -130,11 +118,6 @@ class Experts final : public core::ExpertsStage {
   bool prepares_input(const core::StageProblem& p) const override {
     const Plan m = plan(p);
     return m.status && m.prepares;
-  }
-
-  bool routes(const core::StageProblem& p) const override {
-    const Plan m = plan(p);
-    return m.status && m.prepares && plan_routes(config_, p.tokens, p.group != nullptr);
   }
 
   Status can_implement(const core::StageProblem& p) const override { return plan(p).status; }
@@ -187,14 +170,7 @@ class Experts final : public core::ExpertsStage {
       prepare.hidden_size = config_.hidden_size;
       prepare.fp8 = s == QuantScheme::fp8_block;
       prepare.ue8m0 = config_.quant.scale_format == ScaleFormat::ue8m0;
-      if (args.router_logits.defined()) {  // routes(p): the Router's work first, in the same launch
-        const permute::RoutingInLaunch routing{
-            routing_problem(config_, p.tokens, args.router_logits.dtype, weights_.bias.defined() ? weights_.bias.dtype : DType::f32),
-            {args.router_logits.data, weights_.bias.data, args.topk_ids.ptr<std::int32_t>(), args.topk_weights.ptr<float>()}};
-        permute::run_prepared(plan_problem(p), plan_args, prepare, stream, &routing);
-      } else {
-        permute::run_prepared(plan_problem(p), plan_args, prepare, stream);
-      }
+      permute::run_prepared(plan_problem(p), plan_args, prepare, stream);
     } else {
       permute::run(plan_problem(p), plan_args, b.plan_ws, stream);
     }
@@ -583,24 +559,16 @@ bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expe
   return scheme && !expert_parallel && plan_takes_one_block(config, tokens);
 }
 
-bool plan_routes(const MoEConfig& config, std::int64_t tokens, bool expert_parallel) {
-  return config.shared_experts == 0 && config.routing.method != RoutingMethod::external &&
-         config.routing.effective_placement() != WeightPlacement::input && plan_prepares_input(config, tokens, expert_parallel) &&
-         permute::routes_in_launch(staged_plan_problem(config, tokens), routing_problem(config, tokens, DType::f32, DType::f32));
-}
-
 bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens) {
-  return tokens > 0 && permute::choose_path(staged_plan_problem(config, tokens)) != permute::PlanPath::multi_kernel;
+  return tokens > 0 && permute::choose_path(staged_plan_problem(config, tokens)) == permute::PlanPath::one_block;
 }
 
 std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic) {
   const bool prepared = plan_prepares_input(config, tokens, false);
   const bool by_index = prepared && reads_rows_by_index(tactic.gemm1.tile);
   const bool activated = output_of(tactic.gemm1.tile) == GemmOutput::activated_fp8;
-  std::string s = plan_routes(config, tokens, false) ? "routing + permutation plan + the input's quantization (one launch), "
-                  : prepared                         ? "permutation plan + the input's quantization (one launch), "
-                                                     : "quantize, permutation plan, ";
-  if (!plan_routes(config, tokens, false) && config.routing.method != RoutingMethod::external) s = "routing, " + s;
+  std::string s = prepared ? "permutation plan + the input's quantization (one launch), "
+                           : "quantize, permutation plan, ";
   if (!by_index) s += "gather, ";
   s += "GEMM1 " + std::string(tile_id(tactic.gemm1.tile));
   if (by_index) s += " (rows read by index)";

@@ -25,15 +25,9 @@ bool plan_takes_one_block(const MoEConfig& config, std::int64_t tokens);
 // pipeline (which prepares its own rows), for fp8-block (H % 128 == 0) and bf16 (H % 64 == 0).
 bool plan_prepares_input(const MoEConfig& config, std::int64_t tokens, bool expert_parallel);
 
-// Whether the staged path routes in its permutation plan's launch at T (the layer then runs no
-// Router): the input prepared there, the fewest tokens (permute::routes_in_launch), a routing the
-// layer computes (not external) with no shared experts appended and the weights on the output.
-bool plan_routes(const MoEConfig& config, std::int64_t tokens, bool expert_parallel);
-
-// The staged path's launches at T under `tactic` (a staged one), for moekit explain, the layer's
-// routing first unless external: e.g. "routing + permutation plan + the input's quantization (one
-// launch), GEMM1 tokens8_n256_act (rows read by index) + activation + requantization, GEMM2
-// tokens8_n128_wgmma, finalize" (T=1), "routing, permutation plan + ..." (T=9).
+// The staged path's launches after routing at T under `tactic` (a staged one), for moekit explain:
+// e.g. "permutation plan + the input's quantization (one launch), GEMM1 tokens8_n256_act (rows read
+// by index) + activation + requantization, GEMM2 tokens8_n128_wgmma, finalize".
 std::string staged_steps(const MoEConfig& config, std::int64_t tokens, const Tactic& tactic);
 
 }  // namespace moekit::cuda

@@ -95,7 +95,7 @@ Status can_implement(const Problem& p) {
     return no("takes T·k <= " + std::to_string(kMaxSlots) + ", given " + std::to_string(slots(p)));
   const permute::PlanProblem plan = plan_problem(p);
   if (Status s = permute::can_implement(plan); !s) return s;
-  if (permute::choose_path(plan) == permute::PlanPath::multi_kernel)
+  if (permute::choose_path(plan) != permute::PlanPath::one_block)
     return no("needs the one-block permutation plan (E_local <= 1024), given E_local=" +
               std::to_string(c.local_experts()));
   if (gemm2_shared(p) > 227 * 1024) return no("the combine's shared memory does not fit");

@@ -127,12 +127,9 @@ constexpr std::size_t kStaticShared = 256;  // block_exclusive_scan's 33 ints, r
 //                     at 1024) fit the 48 KiB of shared memory a block has without opting in.
 //   max_rows ≤ 65536  one SM writes every row of row_token and row_expert: ≤ 512 KiB of stores
 //                     (masked rows are E_local × capacity, whatever T is).
-// The one-warp path takes the smallest of them: T·k ≤ kOneWarpMaxSlots (8 pieces replayed by
-// one warp) and max_rows ≤ 4096 (128 row_token stores a lane), E_local ≤ 1024 as above.
 constexpr std::int64_t kOneBlockMaxSlots = 4096;
 constexpr std::int64_t kOneBlockMaxExperts = kOneBlockThreads;
 constexpr std::int64_t kOneBlockMaxRows = 65536;
-constexpr std::int64_t kOneWarpMaxRows = 4096;
 
 struct Tiling {
   int pieces;    // 32-slot pieces per subtile
@@ -161,11 +158,9 @@ struct OneBlockTiling {
 };
 
 OneBlockTiling one_block_tiling(const PlanProblem& p) {
-  const std::int64_t slots = p.tokens * p.top_k;
-  if (choose_path(p) == PlanPath::one_warp)  // the warp's counters [E_local], one subtile
-    return {int(ceil_div(slots, std::int64_t(32))), slots > 0 ? 1 : 0, std::size_t(p.rows.experts) * sizeof(int)};
   const std::size_t fixed = std::size_t(p.rows.experts + 1) * sizeof(int);
   const int warps = warps_for(p.rows.experts, fixed + kStaticShared, kOneBlockThreads / 32);
+  const std::int64_t slots = p.tokens * p.top_k;
   const std::int64_t pieces = std::max<std::int64_t>(1, ceil_div(slots, std::int64_t(warps) * 32));
   const int subtiles = int(ceil_div(slots, pieces * 32));
   return {int(pieces), subtiles, fixed + std::size_t(subtiles) * std::size_t(p.rows.experts) * sizeof(int)};
@@ -184,19 +179,12 @@ std::string PlanProblem::to_string() const {
   return os.str();
 }
 
-std::string_view to_string(PlanPath v) {
-  switch (v) {
-    case PlanPath::one_warp: return "one_warp";
-    case PlanPath::one_block: return "one_block";
-    default: return "multi_kernel";
-  }
-}
+std::string_view to_string(PlanPath v) { return v == PlanPath::one_block ? "one_block" : "multi_kernel"; }
 
 PlanPath choose_path(const PlanProblem& p) {
   if (p.tokens * p.top_k > kOneBlockMaxSlots) return PlanPath::multi_kernel;
   if (p.rows.experts > kOneBlockMaxExperts) return PlanPath::multi_kernel;
   if (p.max_rows() > kOneBlockMaxRows) return PlanPath::multi_kernel;
-  if (p.tokens * p.top_k <= kOneWarpMaxSlots && p.max_rows() <= kOneWarpMaxRows) return PlanPath::one_warp;
   return PlanPath::one_block;
 }
 
@@ -248,36 +236,21 @@ PlanParams params_of(const PlanProblem& p, const PlanArgs& args) {
 }  // namespace
 
 OneBlockLaunch one_block_launch(const PlanProblem& p, const PlanArgs& args) {
-  require(choose_path(p) != PlanPath::multi_kernel, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
+  require(choose_path(p) == PlanPath::one_block, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
   OneBlockLaunch l{params_of(p, args), 0};
   const OneBlockTiling tiles = one_block_tiling(p);
   l.params.pieces = tiles.pieces;
   l.params.subtiles = tiles.subtiles;
-  l.params.one_warp = choose_path(p) == PlanPath::one_warp;
   l.shared = tiles.shared;
   return l;
 }
 
-bool routes_in_launch(const PlanProblem& p, const routing::Problem& r) {
-  return p.tokens == r.tokens && r.tokens <= kRoutedMaxTokens && choose_path(p) == PlanPath::one_warp &&
-         routing::scores_per_lane(r) > 0 && routing::can_implement(r).is_ok() && r.config.top_k == p.top_k;
-}
-
-void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream,
-                  const RoutingInLaunch* routing) {
+void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs& prepare, Stream stream) {
   const Status status = can_implement(p);
   require(status.is_ok(), status.reason());
-  require(choose_path(p) != PlanPath::multi_kernel, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
+  require(choose_path(p) == PlanPath::one_block, [&] { return "permute plan: " + p.to_string() + " is not a one-block problem"; });
   require(prepare.hidden && prepare.x && (!prepare.fp8 || prepare.x_scales) && prepare.hidden_size % (prepare.fp8 ? 128 : 64) == 0,
           "permute plan: the preparation needs hidden, x (and x_scales for fp8) and H a multiple of 128 (bf16: 64)");
-  if (routing) {
-    require(routes_in_launch(p, routing->problem), [&] {
-      return "permute plan: cannot route " + routing->problem.to_string() + " in the launch of " + p.to_string();
-    });
-    routing::check_args(routing->problem, routing->args);
-    require(args.topk_ids == routing->args.topk_ids && !prepare.weights,
-            "permute plan: routing in the launch plans from its own topk_ids and puts no weight on the input");
-  }
   if (p.tokens == 0) return;
   const OneBlockLaunch l = one_block_launch(p, args);
   const PrepareParams q{static_cast<const std::uint16_t*>(prepare.hidden), prepare.weights,
@@ -285,13 +258,9 @@ void run_prepared(const PlanProblem& p, const PlanArgs& args, const PrepareArgs&
                         prepare.ue8m0};
   // Block 0 plans; the rest prepare the input, a warp per two 128-column groups of a row.
   const std::int64_t warps = p.tokens * ((ceil_div(prepare.hidden_size, 128) + 1) / 2);
-  const cudaStream_t s = as_cuda(stream);
-  if (routing) {
-    launch_routed(*routing, q, prepare.fp8, l, warps, s);
-    return;
-  }
   const std::int64_t preparers =
       std::clamp<std::int64_t>(ceil_div(warps, std::int64_t(kOneBlockThreads / 32)), 1, multiprocessor_count() - 1);
+  const cudaStream_t s = as_cuda(stream);
   const dim3 grid(unsigned(1 + preparers)), block(kOneBlockThreads);
   if (prepare.fp8) launch_dependent(prepare_and_plan<true>, grid, block, l.shared, s, q, l.params);
   else launch_dependent(prepare_and_plan<false>, grid, block, l.shared, s, q, l.params);
@@ -306,10 +275,10 @@ void run(const PlanProblem& p, const PlanArgs& args, core::Workspace workspace, 
   require(p.rows.format == RowFormat::masked || args.offsets, "permute plan: the contiguous format needs offsets");
   const cudaStream_t s = as_cuda(stream);
   require(!args.work || args.work_rows > 0, "permute plan: work_rows must be positive with a work list");
-  if (choose_path(p) != PlanPath::multi_kernel) {
+  if (choose_path(p) == PlanPath::one_block) {
     const OneBlockLaunch l = one_block_launch(p, args);
     allow_shared(plan_one_block, l.shared);
-    plan_one_block<<<1, l.params.one_warp ? 32 : kOneBlockThreads, l.shared, s>>>(l.params);
+    plan_one_block<<<1, kOneBlockThreads, l.shared, s>>>(l.params);
     MOEKIT_CUDA_CHECK_LAUNCH("plan_one_block");
     return;
   }

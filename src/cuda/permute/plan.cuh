@@ -29,7 +29,6 @@ struct PlanParams {
   bool masked;
   int pieces;               // 32-slot pieces per subtile
   int subtiles;             // NS
-  bool one_warp;            // PlanPath::one_warp (plan_in_warp): one subtile, planned by one warp
   std::int32_t* subtile_counts;  // [E_local, NS] workspace: counts, then exclusive prefixes
   std::int32_t* totals;          // [E_local] workspace
   std::int32_t* counts;
@@ -53,11 +52,10 @@ struct OneBlockLaunch {
 };
 OneBlockLaunch one_block_launch(const PlanProblem& problem, const PlanArgs& args);
 
-// The local expert of slot s, or -1 (no id, another rank's expert, or past the end). A coherent
-// load: the ids may be the same launch's (route_plan.cu).
+// The local expert of slot s, or -1 (no id, another rank's expert, or past the end).
 __device__ __forceinline__ int local_expert(const PlanParams& p, std::int64_t s) {
   if (s >= p.slots) return -1;
-  const int e = p.ids[s] - p.first;
+  const int e = __ldg(p.ids + s) - p.first;
   return e >= 0 && e < p.experts ? e : -1;
 }
 

@@ -15,7 +15,6 @@
 
 #include "core/stages.h"
 #include "cuda/common/rows.h"
-#include "cuda/routing/route.h"
 
 namespace moekit::cuda::permute {
 
@@ -38,24 +37,21 @@ struct PlanArgs {
   std::int32_t* row_expert = nullptr;      // optional, contiguous: [max_rows] local expert of each row
                                            //   (padding included), -1 past the rows in use
   std::int32_t* dropped = nullptr;         // masked: [1] slots dropped for lack of capacity
-  // Optional, one_warp / one_block paths only (the min-latency kernels of cuda/layer/min_latency.h):
+  // Optional, one_block path only (the min-latency kernels of cuda/layer/min_latency.h):
   // work[0] = n, then n entries (local expert, first row, rows), experts in order, each expert's
   // rows cut into entries of at most work_rows; at most E_local + T·k / work_rows entries.
   std::int32_t* work = nullptr;
   int work_rows = 0;
-  // Optional, one_warp / one_block paths only: `zeroed_count` ints set to 0 (counters of a later kernel).
+  // Optional, one_block path only: `zeroed_count` ints set to 0 (counters of a later kernel).
   std::int32_t* zeroed = nullptr;
   std::int64_t zeroed_count = 0;
 };
 
-// How run builds the plan; choose_path (plan.cu) holds the rule. All give the same bits.
-//   one_warp      one kernel, one warp: decode's few slots (T·k ≤ 256), where the one-block
-//                 path's barriers of 1024 threads cost more than the work
+// How run builds the plan; choose_path (plan.cu) holds the rule. Both give the same bits.
 //   one_block     one kernel, one block of 1024 threads: decode-sized problems, where the
 //                 plan costs launches and dependent kernels, not bytes
 //   multi_kernel  a memset and three grid-wide kernels (count, scan, assign): everything else
-// run_prepared and the one-launch callers take one_warp and one_block alike.
-enum class PlanPath : std::uint8_t { one_warp, one_block, multi_kernel };
+enum class PlanPath : std::uint8_t { one_block, multi_kernel };
 std::string_view to_string(PlanPath v);
 PlanPath choose_path(const PlanProblem& problem);
 
@@ -63,7 +59,7 @@ Status can_implement(const PlanProblem& problem);
 std::size_t workspace_size(const PlanProblem& problem);  // covers both paths (one_block uses none)
 void run(const PlanProblem& problem, const PlanArgs& args, core::Workspace workspace, Stream stream);
 
-// The input's preparation in the plan's launch (one_warp / one_block paths only): what the Prepare stage does
+// The input's preparation in the plan's launch (one_block path only): what the Prepare stage does
 // for fp8-block and bf16 layers (the 1x128 quantization, the same bits; or the bf16 copy), times
 // the weight where it goes on the input. Block 0 plans, the other blocks prepare the rows; the
 // launch may start while the previous kernel on the stream finishes (programmatic dependent).
@@ -76,18 +72,6 @@ struct PrepareArgs {
   bool fp8 = true;
   bool ue8m0 = false;
 };
-// With `routing` (routes_in_launch): the routing too, in the same launch, before the plan that reads
-// its topk_ids: args.topk_ids is routing->args.topk_ids; no weight goes on the input.
-struct RoutingInLaunch {
-  routing::Problem problem;
-  routing::Args args;
-};
-void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream,
-                  const RoutingInLaunch* routing = nullptr);
-
-// Whether run_prepared can route too: decode's fewest tokens (T ≤ kRoutedMaxTokens, a warp each in
-// one block), the one-warp plan, the routing's register path (E ≤ 512), a routing it can implement.
-inline constexpr std::int64_t kRoutedMaxTokens = 8;
-bool routes_in_launch(const PlanProblem& problem, const routing::Problem& routing);
+void run_prepared(const PlanProblem& problem, const PlanArgs& args, const PrepareArgs& prepare, Stream stream);
 
 }  // namespace moekit::cuda::permute

@@ -8,8 +8,7 @@
 //   4  block scan of the padded totals: counts, offsets, dropped
 //   5  row_expert; each warp replays its subtile in slot order (assign_rows)
 // A row's rank in its expert is the number of earlier slots of that expert: token order, then
-// slot order, as on the multi-kernel path. The smallest problems (PlanPath::one_warp) take one
-// warp of the block and no barrier (plan_in_warp).
+// slot order, as on the multi-kernel path.
 #pragma once
 
 #include "cuda/permute/plan.cuh"
@@ -17,80 +16,6 @@
 namespace moekit::cuda::permute {
 
 constexpr int kOneBlockThreads = 1024;
-constexpr int kOneWarpMaxSlots = 256;  // PlanPath::one_warp: at most 8 pieces of 32 slots, replayed by one warp
-
-// Inclusive warp scan of `value` (every lane).
-__device__ __forceinline__ int warp_inclusive_scan(int value) {
-  const int lane = int(threadIdx.x & 31);
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int n = __shfl_up_sync(kFullMask, value, d);
-    if (lane >= d) value += n;
-  }
-  return value;
-}
-
-// The whole plan by one warp (PlanPath::one_warp: p.subtiles == 1, at most kOneWarpMaxSlots slots),
-// plan_in_block's outputs bit for bit with no block barrier: the counts by __match_any_sync into
-// shared counters, each lane a run of consecutive experts for the offsets (warp scans across the
-// runs), each lane writing its own experts' rows of row_expert, then the replay in slot order.
-// next: E_local ints of shared memory. Every lane of one warp; the block's other warps take no part.
-__device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
-  const int lane = int(threadIdx.x & 31);
-  for (int e = lane; e < p.experts; e += 32) next[e] = 0;
-  for (std::int64_t i = lane; i < p.zeroed_count; i += 32) p.zeroed[i] = 0;
-  __syncwarp();
-  for (int piece = 0; piece < p.pieces; ++piece) {
-    const int e = local_expert(p, std::int64_t(piece) * 32 + lane);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    if (e >= 0 && lane == __ffs(peers) - 1) next[e] += __popc(peers);
-    __syncwarp();
-  }
-
-  // This lane's experts [e0, e1): their rows, work entries and dropped slots, then the prefixes.
-  const int per_lane = (p.experts + 31) / 32;
-  const int e0 = min(lane * per_lane, p.experts), e1 = min(e0 + per_lane, p.experts);
-  auto rows_of = [&p](int total) { return p.masked ? min(total, p.capacity) : round_up_int(total, p.alignment); };
-  auto entries_of = [&p](int total) { return p.work ? (total + p.work_rows - 1) / p.work_rows : 0; };
-  int rows = 0, entries = 0, over = 0;
-  for (int e = e0; e < e1; ++e) {
-    const int total = next[e];
-    rows += rows_of(total);
-    entries += entries_of(total);
-    over += max(total - p.capacity, 0);
-  }
-  const int rows_end = warp_inclusive_scan(rows), entries_end = warp_inclusive_scan(entries);
-  const int used = __shfl_sync(kFullMask, rows_end, 31);
-  int row = rows_end - rows, entry = entries_end - entries;
-  for (int e = e0; e < e1; ++e) {
-    const int total = next[e], n = rows_of(total);
-    p.counts[e] = p.masked ? n : total;
-    if (p.offsets) p.offsets[e] = p.masked ? e * p.capacity : row;
-    if (p.row_expert)
-      for (int r = row; r < row + n; ++r) p.row_expert[r] = e;
-    for (int i = 0; i < entries_of(total); ++i, ++entry) {
-      std::int32_t* w = p.work + 1 + 3 * entry;
-      w[0] = e;
-      w[1] = row + i * p.work_rows;
-      w[2] = min(p.work_rows, total - i * p.work_rows);
-    }
-    next[e] = p.masked ? 0 : row;  // the expert's next row (masked: its rank)
-    row += n;
-  }
-  if (lane == 31) {
-    if (p.offsets) p.offsets[p.experts] = p.masked ? p.experts * p.capacity : used;
-    if (p.work) p.work[0] = entries_end;
-  }
-  if (p.masked) {
-    const int dropped = __reduce_add_sync(kFullMask, over);
-    if (lane == 0 && p.dropped) *p.dropped = dropped;
-  }
-  for (std::int64_t r = lane; r < p.max_rows; r += 32) p.row_token[r] = -1;
-  if (p.row_expert)
-    for (std::int64_t r = used + lane; r < p.max_rows; r += 32) p.row_expert[r] = -1;
-  __syncwarp();  // the -1s above before the token rows below, the next rows in shared memory
-  replay_slots(p, 0, next);
-}
 
 // p.subtiles (NS ≤ 32) subtiles of p.pieces pieces of 32 slots, one per warp; E_local ≤
 // kOneBlockThreads (thread e owns expert e in steps 3 and 4). p.subtile_counts and p.totals are
@@ -98,10 +23,6 @@ __device__ __forceinline__ void plan_in_warp(const PlanParams& p, int* next) {
 // The body, for any kernel whose block it owns (blockDim.x == kOneBlockThreads): shared_ints is
 // the dynamic shared memory above, scan_shared 33 ints.
 __device__ __forceinline__ void plan_in_block(const PlanParams& p, int* shared_ints, int* scan_shared) {
-  if (p.one_warp) {  // block-uniform
-    if (threadIdx.x < 32) plan_in_warp(p, shared_ints);
-    return;
-  }
   int* offsets = shared_ints;                  // [E_local + 1] padded first rows
   int* counters = shared_ints + p.experts + 1;  // [NS, E_local] counts, then the next row of each expert
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;

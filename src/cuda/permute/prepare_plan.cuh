@@ -23,15 +23,24 @@ struct PrepareParams {
   bool ue8m0;
 };
 
-// The input's preparation by blocks [0, blocks) of the launch's preparers (`block` this one's
-// number among them): the Prepare stage's fp8-block arithmetic (half a warp per 1x128 group), or
-// for bf16 a copy (times the weight where it goes on the input).
+// Block 0 builds the plan (plan_in_block); the others quantize the input as the Prepare stage's
+// fp8-block kernel does (half a warp per 1x128 group, the same arithmetic), or for bf16 copy it
+// (times the weight where it goes on the input): every step in one launch, a programmatic
+// dependent of the routing kernel (or of the caller's last one). Host side: run_prepared (plan.h).
 template <bool kFp8>
-__device__ __forceinline__ void prepare_rows(const PrepareParams& q, int block, int blocks) {
+__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan) {
+  extern __shared__ int shared_ints[];
+  __shared__ int scan_shared[33];
+  grid_dependency_wait();
+  launch_dependents();
+  if (blockIdx.x == 0) {
+    plan_in_block(plan, shared_ints, scan_shared);
+    return;
+  }
   const int groups = (q.hidden_size + 127) / 128, pairs = (groups + 1) / 2;
   const int lane = int(threadIdx.x % 32), sub = lane % 16, half = lane / 16;
-  const std::int64_t warps = std::int64_t(blocks) * (blockDim.x / 32);
-  for (std::int64_t item = std::int64_t(block) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
+  const std::int64_t warps = std::int64_t(gridDim.x - 1) * (blockDim.x / 32);
+  for (std::int64_t item = std::int64_t(blockIdx.x - 1) * (blockDim.x / 32) + threadIdx.x / 32; item < q.tokens * pairs;
        item += warps) {
     const std::int64_t t = item / pairs;
     const int g = int(item % pairs) * 2 + half;
@@ -57,23 +66,5 @@ __device__ __forceinline__ void prepare_rows(const PrepareParams& q, int block, 
     }
   }
 }
-
-// Block 0 builds the plan (plan_in_block); the others prepare the input (prepare_rows): every step
-// in one launch, a programmatic dependent of the routing kernel (or of the caller's last one). Host
-// side: run_prepared (plan.h).
-template <bool kFp8>
-__global__ void __launch_bounds__(kOneBlockThreads) prepare_and_plan(PrepareParams q, PlanParams plan) {
-  extern __shared__ int shared_ints[];
-  __shared__ int scan_shared[33];
-  grid_dependency_wait();
-  launch_dependents();
-  if (blockIdx.x == 0) plan_in_block(plan, shared_ints, scan_shared);
-  else prepare_rows<kFp8>(q, int(blockIdx.x) - 1, int(gridDim.x) - 1);
-}
-
-// run_prepared's launch with the routing (route_plan.cu): block 0 routes, then plans in one warp;
-// prepare_warps: the warps prepare_rows has work for.
-void launch_routed(const RoutingInLaunch& routing, const PrepareParams& q, bool fp8, const OneBlockLaunch& plan,
-                   std::int64_t prepare_warps, cudaStream_t stream);
 
 }  // namespace moekit::cuda::permute

@@ -62,8 +62,11 @@ void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const A
     launch(route_shared<T>, l, kp, kp.tokens, stream);
     return;
   }
-  const bool vector = vector_loads(p, args.logits);
-  switch (scores_per_lane(p)) {
+  // Whole vectors per lane: E a multiple of the vector width, rows aligned to it.
+  const int per_lane = p.experts <= 128 ? 4 : p.experts <= 256 ? 8 : 16;
+  const int width = std::min<int>(per_lane, 16 / int(sizeof(T)));
+  const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0;
+  switch (per_lane) {
     case 4: launch_registers<T, 4>(l, kp, vector, stream); break;
     case 8: launch_registers<T, 8>(l, kp, vector, stream); break;
     default: launch_registers<T, 16>(l, kp, vector, stream); break;
@@ -104,28 +107,15 @@ Status can_implement(const Problem& p) {
 
 std::size_t workspace_size(const Problem&) { return 0; }
 
-int scores_per_lane(const Problem& p) {
-  if (p.experts > kMaxRegisterExperts) return 0;
-  return p.experts <= 128 ? 4 : p.experts <= 256 ? 8 : 16;
-}
-
-// Whole vectors per lane: E a multiple of the vector width, rows aligned to it.
-bool vector_loads(const Problem& p, const void* logits) {
-  const int per_lane = scores_per_lane(p);
-  const std::size_t bytes = dtype_size(p.logits_dtype);
-  const int width = std::min<int>(per_lane, int(16 / bytes));
-  return per_lane > 0 && p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(logits) % (std::size_t(width) * bytes) == 0;
-}
-
-void check_args(const Problem& p, const Args& args) {
+void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
+  const Status status = can_implement(p);
+  require(status.is_ok(), status.reason());
+  if (p.tokens == 0) return;
   require(args.logits && args.topk_ids && args.topk_weights, "routing: logits, topk_ids and topk_weights are required");
   require(!p.config.uses_bias() || args.bias, [&] {
     return "routing: " + std::string(moekit::to_string(p.config.method)) + " needs the e_score_correction_bias";
   });
-}
-
-KernelParams kernel_params(const Problem& p, const Args& args) {
-  const bool registers = p.experts <= kMaxRegisterExperts;
+  const Launch l = plan(p);
   KernelParams kp{};
   kp.logits = args.logits;
   kp.bias = args.bias;
@@ -140,22 +130,8 @@ KernelParams kernel_params(const Problem& p, const Args& args) {
   kp.scaling = p.config.routed_scaling_factor;
   kp.method = p.config.method;
   kp.bias_bf16 = p.bias_dtype == DType::bf16;
-  kp.warp_floats = int(warp_floats(p, registers));
+  kp.warp_floats = int(warp_floats(p, l.registers));
   kp.bias_floats = int(bias_floats(p));
-  return kp;
-}
-
-std::size_t block_shared_bytes(const KernelParams& kp, int warps) {
-  return std::size_t(kExpTableFloats + kp.bias_floats + warps * kp.warp_floats) * sizeof(float);
-}
-
-void run(const Problem& p, const Args& args, core::Workspace, Stream stream) {
-  const Status status = can_implement(p);
-  require(status.is_ok(), status.reason());
-  if (p.tokens == 0) return;
-  check_args(p, args);
-  const Launch l = plan(p);
-  const KernelParams kp = kernel_params(p, args);
   const cudaStream_t s = as_cuda(stream);
   if (p.logits_dtype == DType::f32) dispatch<float>(p, l, kp, args, s);
   else dispatch<std::uint16_t>(p, l, kp, args, s);

@@ -18,11 +18,27 @@
 
 #include "cuda/common/vec.cuh"
 #include "cuda/routing/route_math.cuh"
-#include "cuda/routing/route_params.h"
 #include "moekit/config.h"
 
 namespace moekit::cuda::routing {
 
+struct KernelParams {
+  const void* logits;    // [T, E]
+  const void* bias;      // [E] or null
+  std::int32_t* ids;     // [T, k]
+  float* weights;        // [T, k]
+  int tokens;
+  int experts;
+  int top_k;
+  int n_group;
+  int group_size;        // experts / n_group (sigmoid_bias_grouped), made once on the host
+  int topk_group;
+  float scaling;         // routed_scaling_factor
+  RoutingMethod method;
+  bool bias_bf16;
+  int warp_floats;       // shared floats per warp
+  int bias_floats;       // shared floats for the bias (0 without one)
+};
 
 // ---- logits loads -----------------------------------------------------------------------
 
@@ -647,28 +663,24 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
   return warp_scratch(table, bias, bias + p.bias_floats + warp * p.warp_floats, p, (p.experts + 31) / 32 * 32, shared_keys);
 }
 
-// E <= 32V: this warp routes tokens t, t + stride, ... (64-bit: t + the stride must not wrap for T
-// just below 2^31) with V scores per lane in registers, loaded W at a time. The warp's first logits
-// are loaded before the block stages its tables (stage_block, on `shared`), so that the two loads'
-// latencies overlap (at decode sizes the kernel is one warp's chain of dependent steps).
-template <typename T, int V, int W>
-__device__ __forceinline__ void route_tokens(const KernelParams& p, float* shared, std::int64_t t, std::int64_t stride) {
-  RegisterScores<V, W> sc;
-  sc.lane = threadIdx.x & 31;
-  if (t < p.tokens) sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
-  const WarpScratch w = stage_block(p, shared, false);
-  for (; t < p.tokens; t += stride) {
-    route_token(sc, p, w, t);
-    if (t + stride < p.tokens) sc.load(static_cast<const T*>(p.logits) + (t + stride) * p.experts, p.experts);
-  }
-}
-
+// E <= 32V: V scores per lane in registers, loaded W at a time. The warp's first logits are loaded
+// before the block stages its tables, so that the two loads' latencies overlap (at decode sizes the
+// kernel is one warp's chain of dependent steps).
 template <typename T, int V, int W>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  route_tokens<T, V, W>(p, reinterpret_cast<float*>(shared4), std::int64_t(blockIdx.x) * warps + warp,
-                        std::int64_t(gridDim.x) * warps);
+  RegisterScores<V, W> sc;
+  sc.lane = threadIdx.x & 31;
+  // 64-bit: t + the stride must not wrap for T just below 2^31
+  const std::int64_t stride = std::int64_t(gridDim.x) * warps;
+  std::int64_t t = std::int64_t(blockIdx.x) * warps + warp;
+  if (t < p.tokens) sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
+  const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
+  for (; t < p.tokens; t += stride) {
+    route_token(sc, p, w, t);
+    if (t + stride < p.tokens) sc.load(static_cast<const T*>(p.logits) + (t + stride) * p.experts, p.experts);
+  }
 }
 
 // Any E: scores and keys in shared memory.

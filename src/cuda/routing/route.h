@@ -45,12 +45,4 @@ std::size_t workspace_size(const Problem& problem);
 // Throws Error when can_implement says no.
 void run(const Problem& problem, const Args& args, core::Workspace workspace, Stream stream);
 
-// For kernels that route in a launch of their own (permute::run_prepared with a routing): the
-// register path's scores per lane (4, 8 or 16), or 0 where E takes the shared-memory path; whether
-// it loads the logits as vectors (E a multiple of the width, rows aligned); and the check of the
-// arguments run needs (throws Error naming what args lack).
-int scores_per_lane(const Problem& problem);
-bool vector_loads(const Problem& problem, const void* logits);
-void check_args(const Problem& problem, const Args& args);
-
 }  // namespace moekit::cuda::routing
