@@ -7,6 +7,8 @@
 #     synccheck over MOEKIT_SANITIZE_FILTER in reduced shapes, beside the tests; stalls; tune: `moekit tune` of the presets at
 #     MOEKIT_TUNE_TOKENS into $OUT/h200.json, a copy of data/tuning/h200.json, which the peers step's
 #     bench then takes: the shipped cache with those buckets re-measured)
+#   fetch: the glue kernels' PC samples with caches flushed and kept (each kernel's instruction-fetch stalls and
+#     runs of executed SASS: at decode sizes their time is fetching cold code, s22)
 #   profile: ncu --set full on the decode GEMMs and the routing kernel of each MOEKIT_NCU_RUNS pair, the
 #     routing kernel's SASS, and (nsys, where installed) the layer's kernels under CUDA graphs on a timeline
 #   gemm: bench/grouped_gemm_bench --cases on decode routings (MOEKIT_GEMM_TILES, default the decode tiles):
@@ -201,7 +203,7 @@ if [[ " $steps " == *" profile "* ]]; then
     IFS=: read -r preset t <<<"$run"
     rep="/tmp/profile_${preset}_$t"
     echo "== ncu --set full (fp8_decode, route_): $preset T=$t"
-    timeout 300 ncu --set full --sampling-interval 0 --import-source yes -k 'regex:fp8_decode|route_' -o "$rep" -f "$cli" run --preset "$preset" \
+    timeout 300 ncu --set full --warp-sampling-interval 0 --import-source yes -k 'regex:fp8_decode|route_' -o "$rep" -f "$cli" run --preset "$preset" \
       --tokens "$t" --backend cuda --path "$path" >/dev/null 2>&1 || status=1
     ncu --import "$rep.ncu-rep" --page details >"$out/profile_${preset}_$t.txt" 2>&1
     ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$out/sass_${preset}_$t.txt" 2>&1
@@ -229,6 +231,41 @@ PY
     else
       echo "(no nsys on this machine)"
     fi
+  done
+fi
+
+if [[ " $steps " == *" fetch "* ]]; then
+  # The glue kernels' PC samples with the caches flushed before each (as the GEMMs' weight stream leaves
+  # them in the layer): per kernel, the samples by stall reason and the runs of executed SASS (each jump into
+  # code not yet fetched costs an instruction-fetch stall: s22, perf-log/decode.md).
+  for run in $runs; do
+    IFS=: read -r preset t <<<"$run"
+    for cc in all none; do
+      rep="/tmp/fetch_${preset}_${t}_$cc"
+      timeout 200 ncu --section WarpStateStats --section SourceCounters --warp-sampling-interval 0 --cache-control "$cc" \
+        --clock-control none -k 'regex:^(?!.*(gemm|fp8_decode|warp_mma)).*' -c 6 -o "$rep" -f "$cli" run \
+        --preset "$preset" --tokens "$t" --backend cuda --path "$path" >/dev/null 2>&1 || status=1
+      ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"/tmp/fetch_sass.csv" 2>/dev/null
+      echo "== $preset T=$t, caches $([ "$cc" = all ] && echo flushed || echo kept): samples of 32 cycles"
+      python3 - /tmp/fetch_sass.csv <<'PY' | tee -a "$out/fetch.txt"
+import csv, sys
+kernels, cur = [], None
+for r in csv.reader(open(sys.argv[1])):
+    if r and r[0] == "Kernel Name":
+        cur = [r[1], None, []]; kernels.append(cur)
+    elif cur is not None and cur[1] is None: cur[1] = r
+    elif cur is not None: cur[2].append(r)
+for name, head, data in kernels:
+    iS, iE = head.index("Warp Stall Sampling (All Samples)"), head.index("Instructions Executed")
+    reasons = [h for h in head if h.startswith("stall_") and "Not Issued" not in h]
+    by = {h[6:]: sum(int(r[head.index(h)] or 0) for r in data) for h in reasons}
+    ran = [i for i, r in enumerate(data) if int(r[iE] or 0) > 0]
+    runs = 1 + sum(1 for a, b in zip(ran, ran[1:]) if b > a + 1) if ran else 0
+    top = " ".join(f"{k}={v}" for k, v in sorted(by.items(), key=lambda x: -x[1])[:5])
+    print(f"  {name.split('(')[0][-48:]:48s} samples {sum(int(r[iS] or 0) for r in data):5d}  runs {runs:3d} of "
+          f"{len(ran)} executed / {len(data)} SASS lines  {top}")
+PY
+    done
   done
 fi
 
