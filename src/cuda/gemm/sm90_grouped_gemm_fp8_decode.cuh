@@ -199,9 +199,11 @@ __device__ __forceinline__ void produce_decode(const CUtensorMap& map_a, const C
     if (lane == 0) {
       barrier_expect_bytes(ring.full + 8 * s, ring.stage_bytes - (indexed ? S::kTileABytes : 0));
       if (!indexed) tma_load(a, &map_a, kb * kTileK, t.row0 + t.m0, ring.full + 8 * s);
-      tma_load(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s);
+      const std::uint64_t policy = l2_evict_first();
+      tma_load_hinted(a + ring.a_bytes, &map_w, kb * kTileK, t.group * w_rows + t.n0, ring.full + 8 * s, policy);
       if (kAct)
-        tma_load(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0, ring.full + 8 * s);
+        tma_load_hinted(a + ring.a_bytes + kTileN * kTileK, &map_w, kb * kTileK, t.group * w_rows + p.n + t.n0,
+                        ring.full + 8 * s, policy);
     }
     if (indexed) {
       // Chunk c of row r at chunk c ^ (r % 8) of the row: the 128-byte swizzle of a TMA box.

@@ -140,6 +140,24 @@ __device__ __forceinline__ void tma_load(std::uint32_t dst, const CUtensorMap* m
       : "memory");
 }
 
+// An L2 policy that makes the lines a load brings the first to go: for weights streamed once, so that
+// they do not evict what the next layer's kernels reuse (their code, the routing's tables).
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// tma_load with an L2 cache policy (l2_evict_first).
+__device__ __forceinline__ void tma_load_hinted(std::uint32_t dst, const CUtensorMap* map, int x, int y, std::uint32_t bar,
+                                                std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
+      "%5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 // WGMMA shared-memory descriptor of a K-major tile with 128-byte rows, 128-byte swizzle:
 // 8-row atoms of 1024 bytes one after another (stride byte offset 1024).
 __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address) {
