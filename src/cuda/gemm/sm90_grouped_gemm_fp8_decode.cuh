@@ -12,7 +12,8 @@
 //      from global memory put a round trip between the table and the first TMA)
 //   2. warp 0 (producer): per 128 of K, TMA of the rows (kN x 128) and of the 128 x 128 W tile
 //      (kAct: two, the gate rows [n0, n0 + 128) and the up rows [I + n0, ...) of the same channels),
-//      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory.
+//      and cp.async of the stage's block scales (the rows' and the W tiles') into shared memory. W is
+//      loaded evict-first (l2_evict_first): the weights must not evict the glue kernels' code and data.
 //      Rows by index (GroupedGemmDesc::a_by_index, GEMM1 at decode sizes: no gather pass): each
 //      row's 128 bytes by cp.async from its token's row of the prepared input, in the 128-byte
 //      swizzle TMA would give them, its scale from the input's k-major scales

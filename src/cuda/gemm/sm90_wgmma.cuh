@@ -140,8 +140,11 @@ __device__ __forceinline__ void tma_load(std::uint32_t dst, const CUtensorMap* m
       : "memory");
 }
 
-// An L2 policy that makes the lines a load brings the first to go: for weights streamed once, so that
-// they do not evict what the next layer's kernels reuse (their code, the routing's tables).
+// An L2 policy under which the lines a load brings are the first to go: for the decode GEMMs' weights, so
+// that their stream does not push out what the next layer's kernels reuse — their code, the routing's
+// tables, ids and rows. At decode sizes the kernels around the GEMMs spend their time missing on those
+// (docs/perf-log/decode.md, twenty-second and twenty-third sessions). Measured against evict-normal for the
+// groups whose W several row tiles read: evict-first everywhere was faster there too.
 __device__ __forceinline__ std::uint64_t l2_evict_first() {
   std::uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
