@@ -58,6 +58,11 @@ done
 note() { echo "$*" | tee -a "$summary"; }
 late() { [ "$SECONDS" -ge "$stop_at" ]; }
 key() { echo -n "$1" | tr -c 'A-Za-z0-9-' '_'; }
+# LAYER is PRESET or PRESET@SKEW: sets preset, skew and k (the layer's file key).
+split_layer() {
+  preset="${1%%@*}" skew=none k="$(key "$1")"
+  [ "$1" != "$preset" ] && skew="${1#*@}"
+}
 note "# $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) seed $MOEKIT_TEST_SEED;" \
   "variants ${variants[*]}"
 
@@ -77,11 +82,8 @@ for pair in ${MOEKIT_SANITIZE:-}; do
   done
 done
 
-# Layer files: LAYER is PRESET or PRESET@SKEW.
 for layer in "${layers[@]}"; do
-  preset="${layer%%@*}" skew=none
-  [ "$layer" != "$preset" ] && skew="${layer#*@}"
-  k="$(key "$layer")"
+  split_layer "$layer"
   "$variants_dir/${variants[0]}/moekit" run --preset "$preset" --tokens 4096 --backend cuda --skew "$skew" \
     --save-layer "$raw/layer_$k.safetensors" --dump "$raw/dump_$k.safetensors" >"$raw/make_$k.log" 2>&1 ||
     { note "$layer: moekit run --save-layer failed"; tail -n 5 "$raw/make_$k.log"; }
@@ -92,8 +94,7 @@ tokens_of() {  # variant, layer key
   echo "${!var:-${MOEKIT_TOKENS:-1,8,64}}"
 }
 for layer in "${layers[@]}"; do
-  k="$(key "$layer")" preset="${layer%%@*}" skew=none
-  [ "$layer" != "$preset" ] && skew="${layer#*@}"
+  split_layer "$layer"
   for r in $(seq 1 "$rounds"); do
     for v in "${variants[@]}"; do
       t="$(tokens_of "$v" "$k")"
