@@ -41,6 +41,19 @@ Launch plan(const Problem& p) {
   return l;
 }
 
+// Each method's family: the kernel that routes it (route.cuh).
+constexpr Scoring scoring_of(RoutingMethod m) {
+  switch (m) {
+    case RoutingMethod::softmax_topk:
+    case RoutingMethod::softmax_topk_renorm: return Scoring::softmax;
+    case RoutingMethod::sigmoid_bias_grouped: return Scoring::grouped;
+    case RoutingMethod::sigmoid_topk:
+    case RoutingMethod::sigmoid_topk_renorm:
+    case RoutingMethod::sigmoid_bias_renorm: return Scoring::sigmoid;
+    default: return Scoring::logits;
+  }
+}
+
 template <typename Kernel>
 void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t tokens, cudaStream_t stream) {
   if (l.shared_bytes > 48 * 1024) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), int(l.shared_bytes));
@@ -49,17 +62,18 @@ void launch(Kernel kernel, const Launch& l, const KernelParams& kp, std::int64_t
   MOEKIT_CUDA_CHECK_LAUNCH("routing kernel");
 }
 
-template <typename T, int V>
+template <typename T, int V, Scoring S>
 void launch_registers(const Launch& l, const KernelParams& kp, bool vector, cudaStream_t stream) {
   constexpr int kVector = std::min<int>(V, 16 / int(sizeof(T)));
-  if (vector) launch(route_registers<T, V, kVector>, l, kp, kp.tokens, stream);
-  else launch(route_registers<T, V, 1>, l, kp, kp.tokens, stream);
+  if (vector) launch(route_registers<T, V, kVector, S>, l, kp, kp.tokens, stream);
+  else launch(route_registers<T, V, 1, S>, l, kp, kp.tokens, stream);
 }
 
-template <typename T>
-void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const Args& args, cudaStream_t stream) {
+// The kernel of the problem's shape: scores in registers (E <= kMaxRegisterExperts) or shared memory.
+template <typename T, Scoring S>
+void dispatch_shape(const Problem& p, const Launch& l, const KernelParams& kp, const Args& args, cudaStream_t stream) {
   if (!l.registers) {
-    launch(route_shared<T>, l, kp, kp.tokens, stream);
+    launch(route_shared<T, S>, l, kp, kp.tokens, stream);
     return;
   }
   // Whole vectors per lane: E a multiple of the vector width, rows aligned to it.
@@ -67,9 +81,20 @@ void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const A
   const int width = std::min<int>(per_lane, 16 / int(sizeof(T)));
   const bool vector = p.experts % width == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % (width * sizeof(T)) == 0;
   switch (per_lane) {
-    case 4: launch_registers<T, 4>(l, kp, vector, stream); break;
-    case 8: launch_registers<T, 8>(l, kp, vector, stream); break;
-    default: launch_registers<T, 16>(l, kp, vector, stream); break;
+    case 4: launch_registers<T, 4, S>(l, kp, vector, stream); break;
+    case 8: launch_registers<T, 8, S>(l, kp, vector, stream); break;
+    default: launch_registers<T, 16, S>(l, kp, vector, stream); break;
+  }
+}
+
+// The method's family (one kernel per family: Scoring).
+template <typename T>
+void dispatch(const Problem& p, const Launch& l, const KernelParams& kp, const Args& args, cudaStream_t stream) {
+  switch (scoring_of(p.config.method)) {
+    case Scoring::softmax: dispatch_shape<T, Scoring::softmax>(p, l, kp, args, stream); break;
+    case Scoring::sigmoid: dispatch_shape<T, Scoring::sigmoid>(p, l, kp, args, stream); break;
+    case Scoring::grouped: dispatch_shape<T, Scoring::grouped>(p, l, kp, args, stream); break;
+    case Scoring::logits: dispatch_shape<T, Scoring::logits>(p, l, kp, args, stream); break;
   }
 }
 

@@ -40,6 +40,12 @@ struct KernelParams {
   int bias_floats;       // shared floats for the bias (0 without one)
 };
 
+// What a kernel scores the logits with, fixed at compile time so that each kernel holds one
+// method family's code (at decode sizes the kernel's time is fetching its code, s22):
+// softmax_topk[_renorm] | sigmoid_topk[_renorm], sigmoid_bias_renorm | sigmoid_bias_grouped |
+// the logits themselves (topk_softmax, top1_sigmoid).
+enum class Scoring { softmax, sigmoid, grouped, logits };
+
 // ---- logits loads -----------------------------------------------------------------------
 
 template <typename T, int W>
@@ -496,91 +502,82 @@ __device__ inline void keep_best_groups(const KernelParams& p, const float* sour
   }
 }
 
-// Routes one token whose logits `sc` holds.
-template <class Scores>
+// Routes one token whose logits `sc` holds; p.method is of family S.
+template <Scoring S, class Scores>
 __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch& w,
                             std::int64_t token) {
   const int lane = sc.lane;
   const RoutingMethod method = p.method;
 
   // Scores and selection keys.
-  switch (method) {
-    case RoutingMethod::softmax_topk:
-    case RoutingMethod::softmax_topk_renorm:
-      softmax_scores(sc, p, w.source, w.exp_table);
+  if constexpr (S == Scoring::softmax) {
+    softmax_scores(sc, p, w.source, w.exp_table);
 #pragma unroll
-      for (int i = 0; i < sc.count(); ++i) sc.k(i) = sc.expert(i) < p.experts ? rank_key(sc.val(i)) : 0u;
-      break;
-    case RoutingMethod::sigmoid_topk:
-    case RoutingMethod::sigmoid_topk_renorm:
-    case RoutingMethod::sigmoid_bias_grouped:
-    case RoutingMethod::sigmoid_bias_renorm: {
-      const bool biased = method == RoutingMethod::sigmoid_bias_grouped || method == RoutingMethod::sigmoid_bias_renorm;
-      constexpr int kW = Scores::kWidth;  // a vector of experts: all of them exist or none
-      if constexpr (Scores::kFixed) {
-        // Every score of the lane with no branch between them, so the exponentials' dependent
-        // double chains interleave: d = 1 + e^-x, then 1/d by reciprocal_steps, for x in
-        // (-64, 100); where some x is outside (or NaN), sigmoid_ref for all of them: the same
-        // values.
-        constexpr int kCount = Scores::count();
-        float s[kCount];
-        bool steps = true;
+    for (int i = 0; i < sc.count(); ++i) sc.k(i) = sc.expert(i) < p.experts ? rank_key(sc.val(i)) : 0u;
+  } else if constexpr (S == Scoring::sigmoid || S == Scoring::grouped) {
+    const bool biased = S == Scoring::grouped || method == RoutingMethod::sigmoid_bias_renorm;
+    constexpr int kW = Scores::kWidth;  // a vector of experts: all of them exist or none
+    if constexpr (Scores::kFixed) {
+      // Every score of the lane with no branch between them, so the exponentials' dependent
+      // double chains interleave: d = 1 + e^-x, then 1/d by reciprocal_steps, for x in
+      // (-64, 100); where some x is outside (or NaN), sigmoid_ref for all of them: the same
+      // values.
+      constexpr int kCount = Scores::count();
+      float s[kCount];
+      bool steps = true;
 #pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          s[i] = __fadd_rn(1.0f, exp_in_range(-sc.val(i), w.exp_table));
-          steps &= sc.val(i) > -64.0f && sc.val(i) < 100.0f;
-        }
-        if (steps) {
+      for (int i = 0; i < kCount; ++i) {
+        s[i] = __fadd_rn(1.0f, exp_in_range(-sc.val(i), w.exp_table));
+        steps &= sc.val(i) > -64.0f && sc.val(i) < 100.0f;
+      }
+      if (steps) {
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) s[i] = reciprocal_steps(s[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kCount; ++i) s[i] = sigmoid_ref(sc.val(i), w.exp_table);
-        }
-#pragma unroll
-        for (int c = 0; c < kCount / kW; ++c) {
-          const int e0 = sc.expert(c * kW);
-          float v[kW], b[kW] = {};
-#pragma unroll
-          for (int j = 0; j < kW; ++j) v[j] = s[c * kW + j];
-          if (e0 < p.experts) {
-            store_floats(w.source + e0, v);
-            if (biased) load_floats(w.bias + e0, b);
-          }
-#pragma unroll
-          for (int j = 0; j < kW; ++j) {
-            sc.val(c * kW + j) = v[j];
-            sc.k(c * kW + j) = e0 >= p.experts ? 0u : rank_key(biased ? __fadd_rn(v[j], b[j]) : v[j]);
-          }
-        }
+        for (int i = 0; i < kCount; ++i) s[i] = reciprocal_steps(s[i]);
       } else {
-        for (int i = 0; i < sc.count(); ++i) {
-          const int e = sc.expert(i);
-          if (e >= p.experts) {
-            sc.k(i) = 0;
-            continue;
-          }
-          const float v = sigmoid_ref(sc.val(i), w.exp_table);
-          sc.val(i) = v;  // the weight source itself
-          sc.k(i) = rank_key(biased ? __fadd_rn(v, w.bias[e]) : v);
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) s[i] = sigmoid_ref(sc.val(i), w.exp_table);
+      }
+#pragma unroll
+      for (int c = 0; c < kCount / kW; ++c) {
+        const int e0 = sc.expert(c * kW);
+        float v[kW], b[kW] = {};
+#pragma unroll
+        for (int j = 0; j < kW; ++j) v[j] = s[c * kW + j];
+        if (e0 < p.experts) {
+          store_floats(w.source + e0, v);
+          if (biased) load_floats(w.bias + e0, b);
+        }
+#pragma unroll
+        for (int j = 0; j < kW; ++j) {
+          sc.val(c * kW + j) = v[j];
+          sc.k(c * kW + j) = e0 >= p.experts ? 0u : rank_key(biased ? __fadd_rn(v[j], b[j]) : v[j]);
         }
       }
-      break;
-    }
-    default:  // topk_softmax, top1_sigmoid: select on the logits themselves
-#pragma unroll
+    } else {
       for (int i = 0; i < sc.count(); ++i) {
         const int e = sc.expert(i);
-        if (e < p.experts) w.source[e] = sc.val(i);
-        sc.k(i) = e < p.experts ? rank_key(sc.val(i)) : 0u;
+        if (e >= p.experts) {
+          sc.k(i) = 0;
+          continue;
+        }
+        const float v = sigmoid_ref(sc.val(i), w.exp_table);
+        sc.val(i) = v;  // the weight source itself
+        sc.k(i) = rank_key(biased ? __fadd_rn(v, w.bias[e]) : v);
       }
-      break;
+    }
+  } else {  // topk_softmax, top1_sigmoid: select on the logits themselves
+#pragma unroll
+    for (int i = 0; i < sc.count(); ++i) {
+      const int e = sc.expert(i);
+      if (e < p.experts) w.source[e] = sc.val(i);
+      sc.k(i) = e < p.experts ? rank_key(sc.val(i)) : 0u;
+    }
   }
   __syncwarp();
 
   // Selection: the group limit first where the method has one, then k rounds of warp argmax.
-  if (method != RoutingMethod::sigmoid_bias_grouped || !sc.select_in_best_groups(p, w.selected)) {
-    if (method == RoutingMethod::sigmoid_bias_grouped) {
+  if (S != Scoring::grouped || !sc.select_in_best_groups(p, w.selected)) {
+    if constexpr (S == Scoring::grouped) {
       keep_best_groups(p, w.source, w.bias, w, lane);
       const int group_size = p.group_size;
 #pragma unroll
@@ -595,12 +592,12 @@ __device__ void route_token(Scores& sc, const KernelParams& p, const WarpScratch
   // Weights, in slot order.
   for (int j = lane; j < p.top_k; j += 32) {
     const float v = w.source[w.selected[j]];
-    w.picked[j] = method == RoutingMethod::top1_sigmoid ? sigmoid_ref(v, w.exp_table) : v;
+    w.picked[j] = S == Scoring::logits && method == RoutingMethod::top1_sigmoid ? sigmoid_ref(v, w.exp_table) : v;
   }
   __syncwarp();
   float divisor = 1.0f;  // 1: nothing to divide
   float shift = 0.0f;
-  bool softmax_k = method == RoutingMethod::topk_softmax;
+  const bool softmax_k = S == Scoring::logits && method == RoutingMethod::topk_softmax;
   if (softmax_k) {
     float m = __int_as_float(0x7fffffff);
     for (int j = 0; j < p.top_k; ++j) m = fmaxf(m, w.picked[j]);
@@ -666,7 +663,7 @@ __device__ __forceinline__ WarpScratch stage_block(const KernelParams& p, float*
 // E <= 32V: V scores per lane in registers, loaded W at a time. The warp's first logits are loaded
 // before the block stages its tables, so that the two loads' latencies overlap (at decode sizes the
 // kernel is one warp's chain of dependent steps).
-template <typename T, int V, int W>
+template <typename T, int V, int W, Scoring S>
 __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   extern __shared__ float4 shared4[];
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -678,13 +675,13 @@ __global__ void __launch_bounds__(256) route_registers(KernelParams p) {
   if (t < p.tokens) sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), false);
   for (; t < p.tokens; t += stride) {
-    route_token(sc, p, w, t);
+    route_token<S>(sc, p, w, t);
     if (t + stride < p.tokens) sc.load(static_cast<const T*>(p.logits) + (t + stride) * p.experts, p.experts);
   }
 }
 
 // Any E: scores and keys in shared memory.
-template <typename T>
+template <typename T, Scoring S>
 __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   extern __shared__ float4 shared4[];
   const WarpScratch w = stage_block(p, reinterpret_cast<float*>(shared4), true);
@@ -693,7 +690,7 @@ __global__ void __launch_bounds__(256) route_shared(KernelParams p) {
   // 64-bit: t + the stride must not wrap for T just below 2^31
   for (std::int64_t t = std::int64_t(blockIdx.x) * warps + warp; t < p.tokens; t += std::int64_t(gridDim.x) * warps) {
     sc.load(static_cast<const T*>(p.logits) + t * p.experts, p.experts);
-    route_token(sc, p, w, t);
+    route_token<S>(sc, p, w, t);
   }
 }
 
