@@ -41,7 +41,8 @@ struct KernelParams {
 };
 
 // What a kernel scores the logits with, fixed at compile time so that each kernel holds one
-// method family's code (at decode sizes the kernel's time is fetching its code, s22):
+// method family's code (at decode sizes its time is fetching that code: docs/perf-log/decode.md,
+// twenty-second session):
 // softmax_topk[_renorm] | sigmoid_topk[_renorm], sigmoid_bias_renorm | sigmoid_bias_grouped |
 // the logits themselves (topk_softmax, top1_sigmoid).
 enum class Scoring { softmax, sigmoid, grouped, logits };
