@@ -3,8 +3,9 @@
 //   tactic (src/cuda/layer/tactic.h) timed in the whole layer (fused routing from the generator's
 //   or the file's logits), side by side: a CUDA graph per tactic, --runs rounds that replay each
 //   once with the L2 evicted before each replay (256 MiB read, outside the timed events), the
-//   median per tactic; the winner and its runners-up go to the cache (--out, merged with what it
-//   holds). --verify re-times a cache's entries instead.
+//   median per tactic; with --skew, the same rounds again on each skewed routing of the inputs and
+//   the geometric mean of the medians; the winner and its runners-up go to the cache (--out, merged
+//   with what it holds). --verify re-times a cache's entries instead.
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,20 +52,34 @@ struct TuneProblem {
   std::uint64_t seed = 0;
   std::optional<core::SyntheticLayer> synthetic;
   std::optional<io::LayerFile> file;
+  // --skew: the routings each tactic is timed on (a preset's generated logits plus each one's bias;
+  // a file: its own logits, none).
+  std::vector<core::RouterSkew> skews{core::RouterSkew{}};
 
   Weights weights() const { return file ? file->weights() : synthetic->weights(); }
 
-  // hidden [T, H] bf16 and router_logits [T, E]: generated, or the file's rows taken in turn.
-  std::pair<Tensor, Tensor> inputs(std::int64_t tokens) const {
-    if (!file)
-      return {core::make_hidden(tokens, config.hidden_size, seed + 100),
-              core::make_router_logits(tokens, config.num_experts, DType::f32, seed + 100)};
-    return {cycled(file->hidden, tokens), cycled(file->router_logits, tokens)};
+  // hidden [T, H] bf16 and router_logits [T, E] per skew: generated, or the file's rows taken in turn.
+  std::pair<Tensor, std::vector<Tensor>> inputs(std::int64_t tokens) const {
+    std::vector<Tensor> logits;
+    if (file) {
+      logits.push_back(cycled(file->router_logits, tokens));
+      return {cycled(file->hidden, tokens), std::move(logits)};
+    }
+    for (const core::RouterSkew& skew : skews) {
+      logits.push_back(core::make_router_logits(tokens, config.num_experts, DType::f32, seed + 100));
+      core::add_router_bias(logits.back().view(), core::router_skew_bias(skew, config.num_experts, seed, "--skew"));
+    }
+    return {core::make_hidden(tokens, config.hidden_size, seed + 100), std::move(logits)};
   }
 
   std::string measured(int runs) const {
+    std::string routings;
+    for (const core::RouterSkew& skew : skews) routings += (routings.empty() ? "" : ", ") + skew.to_string();
+    const std::string over = skews.size() > 1 ? "; the geometric mean over the skews " + routings
+                             : skews.front().kind != core::SkewKind::none ? "; skew " + routings
+                                                                        : "";
     return name + ", routing " + std::string(to_string(config.routing.method)) + ", median of " + std::to_string(runs) +
-           " CUDA-graph replays interleaved with the other tactics', cold L2, moekit tune";
+           " CUDA-graph replays interleaved with the other tactics', cold L2" + over + ", moekit tune";
   }
 
   static Tensor cycled(const Tensor& t, std::int64_t count) {
@@ -212,33 +227,49 @@ class GpuTimer final : public core::TacticTimer {
     events_.resize(std::max(events_.size(), 2 * n * std::size_t(runs_)));
     for (cudaEvent_t& e : events_)
       if (!e) check(cudaEventCreate(&e), "cudaEventCreate");
-    for (int r = 0; r < runs_; ++r)
-      for (std::size_t j = 0; j < n; ++j) {
-        const std::size_t i = (j + std::size_t(r)) % n, at = 2 * (std::size_t(r) * n + i);
-        cuda::evict_l2(flush_.view().data, kFlushBytes, stream_);
-        cudaEventRecord(events_[at], stream_);
-        check(cudaGraphLaunch(graphs.execs[i], stream_), "cudaGraphLaunch");
-        cudaEventRecord(events_[at + 1], stream_);
+    // Per routing (the first already in place): its logits, a warm-up replay of every graph, the
+    // rounds; a tactic's time is the geometric mean of its medians.
+    std::vector<double> log_sum(n, 0.0);
+    for (std::size_t s = 0; s < in.routings.size(); ++s) {
+      if (s > 0) {
+        in.logits.copy_from(in.routings[s].view());
+        check(cudaDeviceSynchronize(), "the logits");  // a pageable copy may return before it lands
+        for (cudaGraphExec_t exec : graphs.execs) check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
       }
-    check(cudaStreamSynchronize(stream_), "the layer");
-    std::vector<double> medians;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<double> us;
-      for (int r = 0; r < runs_; ++r) {
-        const std::size_t at = 2 * (std::size_t(r) * n + i);
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, events_[at], events_[at + 1]), "events");
-        us.push_back(double(ms) * 1e3);
+      for (int r = 0; r < runs_; ++r)
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::size_t i = (j + std::size_t(r)) % n, at = 2 * (std::size_t(r) * n + i);
+          cuda::evict_l2(flush_.view().data, kFlushBytes, stream_);
+          cudaEventRecord(events_[at], stream_);
+          check(cudaGraphLaunch(graphs.execs[i], stream_), "cudaGraphLaunch");
+          cudaEventRecord(events_[at + 1], stream_);
+        }
+      check(cudaStreamSynchronize(stream_), "the layer");
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<double> us;
+        for (int r = 0; r < runs_; ++r) {
+          const std::size_t at = 2 * (std::size_t(r) * n + i);
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, events_[at], events_[at + 1]), "events");
+          us.push_back(double(ms) * 1e3);
+        }
+        std::sort(us.begin(), us.end());
+        log_sum[i] += std::log(us[us.size() / 2]);
       }
-      std::sort(us.begin(), us.end());
-      medians.push_back(us[us.size() / 2]);
     }
+    if (in.routings.size() > 1) {
+      in.logits.copy_from(in.routings.front().view());
+      check(cudaDeviceSynchronize(), "the logits");
+    }
+    std::vector<double> medians;
+    for (double l : log_sum) medians.push_back(std::exp(l / double(in.routings.size())));
     return medians;
   }
 
  private:
   struct Inputs {
     DeviceTensor hidden, logits, out;
+    std::vector<Tensor> routings;  // the logits of each skew (host), the first in `logits`
   };
   // The instantiated graphs of one measurement, destroyed with it.
   struct Graphs {
@@ -253,12 +284,13 @@ class GpuTimer final : public core::TacticTimer {
   Inputs& inputs(std::int64_t tokens) {
     if (tokens_ != tokens) {
       const MoEConfig& c = problem_.config;
-      const auto [h, l] = problem_.inputs(tokens);
+      auto [h, l] = problem_.inputs(tokens);
       inputs_.reset();
-      inputs_.emplace(Inputs{DeviceTensor(h.dtype(), h.shape(), Device::cuda), DeviceTensor(l.dtype(), l.shape(), Device::cuda),
-                             DeviceTensor(DType::bf16, {tokens, c.hidden_size}, Device::cuda)});
+      const Tensor& first = l.front();
+      inputs_.emplace(Inputs{DeviceTensor(h.dtype(), h.shape(), Device::cuda), DeviceTensor(first.dtype(), first.shape(), Device::cuda),
+                             DeviceTensor(DType::bf16, {tokens, c.hidden_size}, Device::cuda), std::move(l)});
       inputs_->hidden.copy_from(h.view());
-      inputs_->logits.copy_from(l.view());
+      inputs_->logits.copy_from(first.view());
       tokens_ = tokens;
     }
     return *inputs_;
@@ -404,6 +436,10 @@ int cmd_tune(int argc, char** argv) {
       accumulation_flag(),
       batch_invariance_flag(),
       path_flag(),
+      {"skew", true,
+       "SPEC[,SPEC...] (none|zipf:ALPHA|hot:N:B, as moekit bench's): the routings each tactic is timed on, the "
+       "presets' generated logits plus each one's bias; a tactic's time is the geometric mean of its medians "
+       "(default none; e.g. none,zipf:1.2 so that the choice also holds when a few experts take most rows)"},
       {"runs", true, "timed replays per tactic (default 20, at least 20 for a cache)"},
       {"seed", true, "seed of weights and inputs (default 1)"},
       {"out", true, "the cache to write, merged with its entries (default $XDG_CACHE_HOME/moekit/tuning.json)"},
@@ -421,6 +457,9 @@ int cmd_tune(int argc, char** argv) {
   if (args.has("inputs") && (args.has("preset") || args.has("quant")))
     throw UsageError("--inputs: takes the layer and its inputs from the file; drop --preset/--quant");
   if (args.has("cache") && !args.has("verify")) throw UsageError("--cache: names the cache --verify checks; give --verify");
+  if (args.has("inputs") && args.has("skew"))
+    throw UsageError("--skew: biases generated router logits; a layer file's are its own: drop --skew");
+  const std::vector<core::RouterSkew> skews = skews_of(args);
   const std::vector<std::int64_t> buckets = args.get_int_list("tokens", kBuckets, 1, io::kTuningMaxTokens);
   for (std::int64_t t : buckets)
     if (io::token_bucket(t) != t)
@@ -440,7 +479,11 @@ int cmd_tune(int argc, char** argv) {
   std::vector<io::TuningEntry> entries;
   int failures = 0;
   for (const std::string& source : sources) {
-    const TuneProblem p = args.has("inputs") ? file_problem(source, args) : preset_problem(source, args, seed);
+    TuneProblem p = args.has("inputs") ? file_problem(source, args) : preset_problem(source, args, seed);
+    if (!args.has("inputs")) {
+      p.skews = skews;
+      for (const core::RouterSkew& skew : skews) core::router_skew_bias(skew, p.config.num_experts, seed, "--skew");  // hot's N <= E
+    }
     LayerOptions prepare;
     prepare.backend = "cuda";
     prepare.max_tokens = *std::max_element(buckets.begin(), buckets.end());

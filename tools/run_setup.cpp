@@ -216,6 +216,13 @@ core::RouterSkew skew_of(const Args& args) {
   return as_usage([&] { return core::parse_router_skew(args.get("skew", ""), "--skew"); });
 }
 
+std::vector<core::RouterSkew> skews_of(const Args& args) {
+  std::vector<core::RouterSkew> skews;
+  for (const std::string& spec : args.get_list("skew", "none"))
+    skews.push_back(as_usage([&] { return core::parse_router_skew(spec, "--skew"); }));
+  return skews;
+}
+
 std::vector<float> skew_bias_of(const Args& args, std::int64_t experts, std::uint64_t seed) {
   if (!args.has("skew")) return {};
   const core::RouterSkew skew = skew_of(args);

@@ -51,6 +51,9 @@ Flag shared_experts_flag();
 Flag skew_flag();
 // --skew SPEC (none when not given); a bad SPEC is a UsageError naming --skew.
 core::RouterSkew skew_of(const Args& args);
+// --skew SPEC[,SPEC...] (`moekit tune`): each parsed, [none] when not given; a bad SPEC is a
+// UsageError naming --skew.
+std::vector<core::RouterSkew> skews_of(const Args& args);
 // The bias [E] of --skew for E experts and the problem's seed (core/skew.h); empty without it.
 std::vector<float> skew_bias_of(const Args& args, std::int64_t experts, std::uint64_t seed);
 // --shared-experts N (0 when not given).

@@ -100,6 +100,22 @@ TEST(ToolsCli, TuneWithoutAGpuFailsInOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("t.json")));
 }
 
+// --skew's list is checked before any GPU or weights: a bad spec, an empty item and a layer file
+// (whose logits are its own) are usage errors naming --skew; nothing is written.
+TEST(ToolsCli, TuneSkewListIsCheckedFirst) {
+  TempDir dir;
+  const std::string out = " --out " + dir.file("t.json");
+  const Result bad = moekit("tune --preset qwen3-30b-a3b --tokens 1 --skew none,zipf:x" + out);
+  const Result empty = moekit("tune --preset qwen3-30b-a3b --tokens 1 --skew none," + out);
+  const Result file = moekit("tune --inputs " + dir.file("layer.safetensors") + " --tokens 1 --skew zipf:1.2" + out);
+  for (const Result* r : {&bad, &empty, &file}) EXPECT_EQ(r->code, 2) << r->out << r->err;
+  EXPECT_NE(bad.err.find("--skew: bad ALPHA"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("given 'zipf:x'"), std::string::npos) << bad.err;
+  EXPECT_NE(empty.err.find("--skew: expected a comma-separated list without empty items"), std::string::npos) << empty.err;
+  EXPECT_NE(file.err.find("--skew: biases generated router logits; a layer file's are its own"), std::string::npos) << file.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("t.json")));
+}
+
 TEST(ToolsCli, BenchTakesOnePassPerTuningCache) {
   const Result r = moekit("bench --backend cpu --preset qwen3-30b-a3b --tokens 2 --runs 1 --tuning-cache off,off");
   EXPECT_EQ(r.code, 0) << r.err;
