@@ -229,7 +229,7 @@ class GpuTimer final : public core::TacticTimer {
       if (!e) check(cudaEventCreate(&e), "cudaEventCreate");
     // Per routing (the first already in place): its logits, a warm-up replay of every graph, the
     // rounds; a tactic's time is the geometric mean of its medians.
-    std::vector<double> log_sum(n, 0.0);
+    std::vector<std::vector<double>> per_routing;
     for (std::size_t s = 0; s < in.routings.size(); ++s) {
       if (s > 0) {
         in.logits.copy_from(in.routings[s].view());
@@ -245,6 +245,7 @@ class GpuTimer final : public core::TacticTimer {
           cudaEventRecord(events_[at + 1], stream_);
         }
       check(cudaStreamSynchronize(stream_), "the layer");
+      std::vector<double>& medians = per_routing.emplace_back();
       for (std::size_t i = 0; i < n; ++i) {
         std::vector<double> us;
         for (int r = 0; r < runs_; ++r) {
@@ -254,16 +255,14 @@ class GpuTimer final : public core::TacticTimer {
           us.push_back(double(ms) * 1e3);
         }
         std::sort(us.begin(), us.end());
-        log_sum[i] += std::log(us[us.size() / 2]);
+        medians.push_back(us[us.size() / 2]);
       }
     }
     if (in.routings.size() > 1) {
       in.logits.copy_from(in.routings.front().view());
       check(cudaDeviceSynchronize(), "the logits");
     }
-    std::vector<double> medians;
-    for (double l : log_sum) medians.push_back(std::exp(l / double(in.routings.size())));
-    return medians;
+    return core::geometric_means(per_routing);
   }
 
  private:

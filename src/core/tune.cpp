@@ -33,6 +33,23 @@ io::TuningEntry entry_of(const TunePlan& plan, std::int64_t tokens, std::vector<
 
 }  // namespace
 
+std::vector<double> geometric_means(const std::vector<std::vector<double>>& per_routing) {
+  require(!per_routing.empty(), "tune: no routing timed");
+  const std::size_t n = per_routing.front().size();
+  std::vector<double> log_sum(n, 0.0);
+  for (const std::vector<double>& medians : per_routing) {
+    require(medians.size() == n, "tune: " + std::to_string(medians.size()) + " times for a routing, expected " + std::to_string(n));
+    for (std::size_t t = 0; t < n; ++t) {
+      require(medians[t] > 0, "tune: a tactic's median is " + std::to_string(medians[t]) + " us");
+      log_sum[t] += std::log(medians[t]);
+    }
+  }
+  if (per_routing.size() == 1) return per_routing.front();  // exactly as measured (exp(log x) may not be x)
+  std::vector<double> means;
+  for (double l : log_sum) means.push_back(std::exp(l / double(per_routing.size())));
+  return means;
+}
+
 std::vector<TuneCase> TunePlan::timed() const {
   if (!problem.batch_invariant) {
     std::vector<TuneCase> out;

@@ -53,6 +53,11 @@ struct TunePlan {
 // three were CUTLASS's GEMM1 (no variant) with different GEMM2s.
 inline constexpr std::size_t kVariantLeaders = 3;
 
+// `moekit tune --skew`: each tactic's time over several routings, the geometric mean of its medians
+// (per_routing[r][t]: routing r's median of tactic t), so that every routing weighs alike whatever its
+// scale; one routing's medians as they are. Throws Error when the routings' counts of tactics differ, or a median is not positive.
+std::vector<double> geometric_means(const std::vector<std::vector<double>>& per_routing);
+
 // Called before each side-by-side measurement: done of total tactics timed, the case and what is timed now.
 using TuneProgress = std::function<void(std::size_t done, std::size_t total, std::int64_t tokens, const std::string& what)>;
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -385,6 +386,30 @@ TEST(CoreTune, ATimerMustTimeEveryTacticItIsGiven) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("returned 2 times for 3 tactics"), std::string::npos) << e.what();
   }
+}
+
+// --skew: a tactic that ties on even routing but is slow on the skewed one ranks behind one that
+// holds on both, whatever the routings' scales (the skewed layer here is 3x faster in all).
+TEST(CoreTune, SkewedRoutingsWeighAlikeInTheGeometricMean) {
+  const std::vector<double> means = geometric_means({{100.0, 101.0, 400.0}, {40.0, 30.0, 10.0}});
+  ASSERT_EQ(means.size(), 3u);
+  EXPECT_NEAR(means[0], std::sqrt(100.0 * 40.0), 1e-9);
+  EXPECT_NEAR(means[1], std::sqrt(101.0 * 30.0), 1e-9);
+  EXPECT_NEAR(means[2], 63.245553203367585, 1e-9);
+  EXPECT_LT(means[1], means[0]);
+  const std::vector<double> one = geometric_means({{12.5, 7.25}});
+  EXPECT_EQ(one, (std::vector<double>{12.5, 7.25}));
+  auto message = [](const std::vector<std::vector<double>>& m) {
+    try {
+      geometric_means(m);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{1.0, 2.0}, {1.0}}).find("1 times for a routing, expected 2"), std::string::npos);
+  EXPECT_NE(message({{1.0, 0.0}}).find("a tactic's median is 0"), std::string::npos);
+  EXPECT_NE(message({}).find("no routing timed"), std::string::npos);
 }
 
 TEST(CoreTune, BatchInvariantTimesTheCommonTacticsEverywhereAndKeepsOne) {
