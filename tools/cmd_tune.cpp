@@ -65,8 +65,9 @@ struct TuneProblem {
       logits.push_back(cycled(file->router_logits, tokens));
       return {cycled(file->hidden, tokens), std::move(logits)};
     }
+    const Tensor generated = core::make_router_logits(tokens, config.num_experts, DType::f32, seed + 100);
     for (const core::RouterSkew& skew : skews) {
-      logits.push_back(core::make_router_logits(tokens, config.num_experts, DType::f32, seed + 100));
+      logits.push_back(cycled(generated, tokens));  // a copy
       core::add_router_bias(logits.back().view(), core::router_skew_bias(skew, config.num_experts, seed, "--skew"));
     }
     return {core::make_hidden(tokens, config.hidden_size, seed + 100), std::move(logits)};

@@ -55,7 +55,8 @@ inline constexpr std::size_t kVariantLeaders = 3;
 
 // `moekit tune --skew`: each tactic's time over several routings, the geometric mean of its medians
 // (per_routing[r][t]: routing r's median of tactic t), so that every routing weighs alike whatever its
-// scale; one routing's medians as they are. Throws Error when the routings' counts of tactics differ, or a median is not positive.
+// scale; one routing's medians as they are. Throws Error when the routings' counts of tactics differ,
+// or a median is not positive.
 std::vector<double> geometric_means(const std::vector<std::vector<double>>& per_routing);
 
 // Called before each side-by-side measurement: done of total tactics timed, the case and what is timed now.
