@@ -3,7 +3,9 @@
 # tests, grouped_gemm_bench on bench/cases/prefill.txt beside CUTLASS's tiles, optionally ncu on it
 # and DeepGEMM (../shared/peers/deepgemm, carried as .peers/deepgemm) on the same groups; a short
 # table last.
-#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass peers)
+#   MOEKIT_BLOCK_STEPS="tests bench"   (also: ncu ncufull sass sassdg peers)
+#   MOEKIT_SASS_TILES="cooperative;128x192 persistent wgmma"   the sass step's tiles (MOEKIT_BENCH_TILES
+#     each: parts of the bench's tile names; the first tile that matches is profiled), ;-separated
 #   MOEKIT_BENCH_TILES=persistent,cooperative,ping-pong   the tiles benched
 #   MOEKIT_TEST_FILTER='*persistent*:*Persistent*'      the CUDA tests run
 #   MOEKIT_{TEST,BENCH,PEER}_TIMEOUT seconds (300, 300, 400)
@@ -89,11 +91,12 @@ if [[ " $steps " == *" ncufull "* ]]; then
   grep -hE "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|L1/TEX Hit|L2 Hit|Shared Memory" "$out"/ncu_*.log | head -n 60
 fi
 if [[ " $steps " == *" sass "* ]]; then
-  # Warp-stall samples and executed instructions per SASS line (SourceCounters) of CUTLASS's 128x128
-  # and the persistent 128x128 on the first case: scripts/sass_profile.py summarizes each by opcode
-  # and region; the CSVs come back for a closer look.
+  # Warp-stall samples and executed instructions per SASS line (SourceCounters) of each of
+  # MOEKIT_SASS_TILES on the first case: scripts/sass_profile.py summarizes each by opcode and
+  # region; the CSVs come back for a closer look.
   grep -v "^#" "$root/bench/cases/prefill.txt" | head -n 1 >/tmp/ncu_case.txt
-  for tiles in cooperative "128x128 persistent"; do
+  IFS=';' read -r -a sass_tiles <<<"${MOEKIT_SASS_TILES:-cooperative;128x192 persistent wgmma}"
+  for tiles in "${sass_tiles[@]}"; do
     name=$(echo "$tiles" | tr -c 'a-z0-9\n' '_')
     echo "== sass profile: $tiles"
     MOEKIT_BENCH_TILES="$tiles" timeout 200 ncu --clock-control none -k regex:"fp8_block_gemm|device_kernel" -c 1 \
@@ -103,9 +106,48 @@ if [[ " $steps " == *" sass "* ]]; then
     python3 "$root/scripts/sass_profile.py" "$out/sass_$name.csv" | head -n 40
   done
 fi
+dg="$root/.peers/deepgemm"
+build_dg() {  # DeepGEMM's extension (../shared/peers/deepgemm/README.md), once per call
+  [ -f "$dg/DeepGEMM/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" ] && return 0
+  local torch_dir py_inc
+  torch_dir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
+  py_inc=$(python3 -c 'import sysconfig;print(sysconfig.get_paths()["include"])')
+  (cd "$dg" && ./build_ext.sh "$torch_dir" "$py_inc" /usr/local/cuda "$dg/DeepGEMM/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so") \
+    >"$out/dg_build.log" 2>&1
+}
+if [[ " $steps " == *" sassdg "* ]]; then
+  # The same per-SASS-line profile of DeepGEMM's kernel on the first case (8 x 4096, N 4096, K 7168):
+  # a few calls of m_grouped_fp8_gemm_nt_contiguous on bench_dg.py's inputs, the fourth profiled.
+  echo "== sass profile: DeepGEMM"
+  cat >/tmp/dg_one.py <<'EOF'
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import bench_dg as b
+import deep_gemm
+b.ALIGN = deep_gemm.get_mk_alignment_for_contiguous_layout()
+counts = [4096] * 8
+w, sfb = b.make_weights(len(counts), b.N1, b.K1, seed=1)
+a, sfa, lay, _, m_pad = b.make_contig(counts, b.K1, seed=101)
+sfa_t = b.tma_aligned_mn_major(sfa)
+d = torch.empty((m_pad, b.N1), dtype=torch.bfloat16, device='cuda')
+for _ in range(5):
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa_t), (w, sfb), d, lay)
+torch.cuda.synchronize()
+EOF
+  if build_dg; then
+    python3 /tmp/dg_one.py "$dg" >/tmp/sass_dg_warm.log 2>&1 || { status=1; tail -n 5 /tmp/sass_dg_warm.log; }
+    timeout 300 ncu --clock-control none -k regex:"fp8_gemm" -c 1 --launch-skip 3 --section SourceCounters \
+      --section SpeedOfLight -f -o /tmp/sass_dg python3 /tmp/dg_one.py "$dg" >/tmp/sass_dg.log 2>&1 || status=1
+    ncu -i /tmp/sass_dg.ncu-rep --page source --csv --print-source sass >"$out/sass_deepgemm.csv" 2>>/tmp/sass_dg.log
+    python3 "$root/scripts/sass_profile.py" "$out/sass_deepgemm.csv" | head -n 40
+    grep -E "Duration|Throughput|==PROF==|rror" /tmp/sass_dg.log | head -n 12
+  else
+    status=1
+    tail -n 5 "$out/dg_build.log"
+  fi
+fi
 if [[ " $steps " == *" peers "* ]]; then
   echo "== DeepGEMM on the same groups"
-  dg="$root/.peers/deepgemm"
   python3 - "$root/bench/cases/prefill.txt" >/tmp/dg_cases.json <<'EOF'
 import json, sys
 out = {}
@@ -116,10 +158,7 @@ for line in open(sys.argv[1]):
     out[f[0]] = {'desc': f[0], 'counts': [int(x) for x in f[3:]], 'gemm': 1 if f[1] == '4096' else 2}
 print(json.dumps(out))
 EOF
-  torch_dir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
-  py_inc=$(python3 -c 'import sysconfig;print(sysconfig.get_paths()["include"])')
-  (cd "$dg" && ./build_ext.sh "$torch_dir" "$py_inc" /usr/local/cuda "$dg/DeepGEMM/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" \
-     >"$out/dg_build.log" 2>&1 && DG_EXTRA_CASES=/tmp/dg_cases.json timeout "${MOEKIT_PEER_TIMEOUT:-400}" python3 bench_dg.py --out /tmp/dg \
+  (build_dg && cd "$dg" && DG_EXTRA_CASES=/tmp/dg_cases.json timeout "${MOEKIT_PEER_TIMEOUT:-400}" python3 bench_dg.py --out /tmp/dg \
      >"$out/dg.log" 2>&1) || status=1
   tail -n 30 "$out/dg.log"
 fi
