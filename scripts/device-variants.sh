@@ -19,6 +19,8 @@
 #     "-" to skip that pair
 #   MOEKIT_ROUNDS=2                   interleaved rounds
 #   MOEKIT_TESTS="try=CudaRouting*"   VARIANT=FILTER pairs: each variant's test_cuda on its filter
+#   MOEKIT_TEST_SHARDS=1              processes of each test_cuda run at once (gtest's sharding; the
+#     GPU shared: CudaLayerPast2GiB skips where its 48 GB are not free), each MOEKIT_TEST_TIMEOUT=300 s
 #   MOEKIT_SANITIZE="try=CudaRouting*"   VARIANT=FILTER pairs: memcheck, racecheck and synccheck in
 #     reduced shapes (MOEKIT_CUDA_TEST_SMALL=1)
 #   MOEKIT_CHECK=1,64                 the first variant's `moekit run --check` of each layer's preset at these T
@@ -66,11 +68,19 @@ split_layer() {
 note "# $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) seed $MOEKIT_TEST_SEED;" \
   "variants ${variants[*]}"
 
+shards="${MOEKIT_TEST_SHARDS:-1}"
 for pair in ${MOEKIT_TESTS:-}; do
   v="${pair%%=*}" filter="${pair#*=}"
-  timeout 300 "$variants_dir/$v/test_cuda" --gtest_filter="$filter" --gtest_brief=1 >"$out/tests_$v.log" 2>&1
-  rc=$?
-  note "tests $v '$filter': rc $rc $(grep -E '^\[  (PASSED|FAILED) ' "$out/tests_$v.log" | tr '\n' ' ')($SECONDS s)"
+  pids=()
+  for i in $(seq 0 $((shards - 1))); do
+    GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" timeout "${MOEKIT_TEST_TIMEOUT:-300}" "$variants_dir/$v/test_cuda" \
+      --gtest_filter="$filter" --gtest_brief=1 >"$raw/tests_${v}_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  cat "$raw"/tests_"${v}"_*.log >"$out/tests_$v.log"
+  note "tests $v '$filter' ($shards shards): rc $rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests_$v.log" | tr '\n' ' ')($SECONDS s)"
   [ "$rc" = 0 ] || grep -E "^\[  FAILED|Failure" "$out/tests_$v.log" | head -n 20 | tee -a "$summary"
 done
 for pair in ${MOEKIT_SANITIZE:-}; do
